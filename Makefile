@@ -1,0 +1,61 @@
+# Simba's developer entry points. `make demo` needs no server; `make test`
+# starts every server the tests need (scripts/services.sh) and runs every
+# module's tests with the race detector.
+
+MODULES := deadline term session election lock group backend-sql backend-redis backend-zk fxsimba otelsimba integration
+GO ?= go
+TESTFLAGS ?= -race -count=1 -timeout 20m
+STATICCHECK_VERSION := v0.8.2
+GOBIN := $(shell $(GO) env GOPATH)/bin
+SIM_SEEDS ?= 10000
+
+.PHONY: all demo test test-unit lint fmt staticcheck bench services services-stop services-status sim-long fuzz tidy
+
+all: lint test
+
+## demo: three nodes electing, handing over and failing over on the in-memory backend
+demo:
+	cd election && $(GO) run ./cmd/simba-demo
+
+## test: start the servers if missing, then lint and run every module's tests with -race
+test: services lint
+	@set -e; . ./.services/env; export SIMBA_SIM_SEEDS=$(SIM_SEEDS); \
+	for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test $(TESTFLAGS) ./...); done
+
+## test-unit: the tests that need no server (core modules only)
+test-unit:
+	@set -e; for m in deadline term session election lock; do (cd $$m && $(GO) test $(TESTFLAGS) ./...); done
+
+lint: fmt staticcheck
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+
+fmt:
+	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+staticcheck:
+	@test -x $(GOBIN)/staticcheck || GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	@set -e; for m in $(MODULES); do (cd $$m && $(GOBIN)/staticcheck ./...); done
+
+## bench: every benchmark, side by side with the raw backend operations
+bench: services
+	@set -e; . ./.services/env; for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem -count 5 ./...); done
+
+## sim-long: the seeded simulation with many more seeds
+sim-long:
+	cd election && SIMBA_SIM_SEEDS=$${SIMBA_SIM_SEEDS:-200000} $(GO) test -count=1 -timeout 2h -run TestSimulation ./...
+
+fuzz:
+	cd deadline && $(GO) test -run '^$$' -fuzz FuzzValidateName -fuzztime 30s .
+
+tidy:
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy); done
+
+## services: start PostgreSQL, MariaDB, Redis (standalone and Cluster) and ZooKeeper (standalone and ensemble)
+services:
+	@./scripts/services.sh start
+
+services-stop:
+	@./scripts/services.sh stop
+
+services-status:
+	@./scripts/services.sh status

@@ -1,0 +1,3 @@
+module github.com/simba-go/simba/group
+
+go 1.25.0

@@ -1,0 +1,3 @@
+module github.com/simba-go/simba/session
+
+go 1.25.0

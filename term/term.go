@@ -1,0 +1,148 @@
+package term
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrExpired is matched (errors.Is) by the error [Term.EnsureValid] returns
+// when the term has ended or will not stay valid long enough.
+var ErrExpired = errors.New("simba: term expired")
+
+// A Lifeline tells how long the session a term belongs to may still be
+// believed alive: the time left until its local deadline on the node's
+// monotonic clock. Once Remaining has returned zero or less it must never
+// return more again: a session that passed its deadline stays over.
+type Lifeline interface {
+	Remaining() time.Duration
+}
+
+// Term is one period in which this node owns a lease. Winning the same name
+// twice gives two different Terms, so code handed one term can never get a
+// later term's token. A Term is safe for concurrent use.
+type Term struct {
+	name   string
+	token  uint64
+	life   Lifeline
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu     sync.Mutex
+	reason RevokeReason
+	done   chan struct{}
+}
+
+// New returns a term of the lease name with token (which must be > 0),
+// alive while life has time left and it has not been revoked. Its Context
+// derives from parent (so that values in parent reach leader work).
+//
+// The returned revoke function ends the term for a reason; it reports
+// whether this call was the one that ended it. Only the engine that owns
+// the session calls it.
+func New(parent context.Context, name string, token uint64, life Lifeline) (*Term, func(RevokeReason) bool) {
+	if token == 0 {
+		panic("term: token must be greater than zero")
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	t := &Term{name: name, token: token, life: life, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	return t, t.revoke
+}
+
+func (t *Term) revoke(r RevokeReason) bool {
+	t.mu.Lock()
+	if t.reason != 0 {
+		t.mu.Unlock()
+		return false
+	}
+	t.reason = r
+	close(t.done)
+	t.mu.Unlock()
+	t.cancel(r)
+	return true
+}
+
+// Name is the lease name.
+func (t *Term) Name() string { return t.name }
+
+// Token is the fencing token: greater than zero, fixed for the term, and
+// strictly higher than the token of every earlier term of the same name.
+func (t *Term) Token() uint64 { return t.token }
+
+// Valid reports whether the term has not been revoked and the session's
+// local deadline has not passed. It reads the clock itself: no background
+// goroutine has to run first for it to turn false.
+func (t *Term) Valid() bool { return t.Remaining() > 0 }
+
+// Remaining is the time left until the session's local deadline, or zero
+// once the term has ended.
+func (t *Term) Remaining() time.Duration {
+	t.mu.Lock()
+	ended := t.reason != 0
+	t.mu.Unlock()
+	if ended {
+		return 0
+	}
+	if r := t.life.Remaining(); r > 0 {
+		return r
+	}
+	return 0
+}
+
+// EnsureValid returns nil if the term will stay valid for more than min,
+// and otherwise an error matching [ErrExpired] (and, once the term has
+// ended, its [RevokeReason]). Call it just before acting on a resource;
+// pass the fencing token along so the resource can refuse a late act.
+func (t *Term) EnsureValid(min time.Duration) error {
+	rem := t.Remaining()
+	if rem > min {
+		return nil
+	}
+	return &ExpiredError{Name: t.name, Token: t.token, Remaining: rem, Min: min, Reason: t.Reason()}
+}
+
+// Done returns a channel closed exactly once, when the term ends.
+func (t *Term) Done() <-chan struct{} { return t.done }
+
+// Reason is why the term ended, or zero while it has not.
+func (t *Term) Reason() RevokeReason {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reason
+}
+
+// Context is cancelled when the term ends; context.Cause returns the
+// [RevokeReason]. Run leader work under it.
+func (t *Term) Context() context.Context { return t.ctx }
+
+// String describes the term for logs, such as `jobs#42`.
+func (t *Term) String() string { return fmt.Sprintf("%s#%d", t.name, t.token) }
+
+// ExpiredError is the error [Term.EnsureValid] returns.
+type ExpiredError struct {
+	Name      string
+	Token     uint64
+	Remaining time.Duration // time left when checked (zero once ended)
+	Min       time.Duration // the minimum the caller asked for
+	Reason    RevokeReason  // zero while the term has not ended
+}
+
+func (e *ExpiredError) Error() string {
+	if e.Reason != 0 {
+		return fmt.Sprintf("simba: term %s#%d expired: %v", e.Name, e.Token, e.Reason)
+	}
+	return fmt.Sprintf("simba: term %s#%d expired: %v left, wanted more than %v", e.Name, e.Token, e.Remaining, e.Min)
+}
+
+// Is matches [ErrExpired].
+func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
+
+// Unwrap returns the reason the term ended, if it has.
+func (e *ExpiredError) Unwrap() error {
+	if e.Reason == 0 {
+		return nil
+	}
+	return e.Reason
+}
