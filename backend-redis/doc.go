@@ -1,4 +1,40 @@
 // Package redisbackend is the Simba backend for Redis standalone, Sentinel
 // and Cluster (go-redis/v9), with atomic scripts and pub/sub release
 // broadcast.
+//
+// [New] takes the application's own [redis.UniversalClient] and a
+// namespace, and returns a [*Backend] that implements [session.Backend] and
+// [session.Broadcaster]:
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+//	b, err := redisbackend.New(rdb, "billing")
+//
+// Every operation is one Lua script, called by SHA (go-redis reloads it
+// on NOSCRIPT), so it is atomic on the server. Every key of a namespace
+// carries the hash tag {namespace}, so on a Redis Cluster each operation
+// touches one slot. Durations come from the Redis clock (PEXPIRE, PTTL);
+// the client never compares its clock with Redis's.
+//
+// Key layout for namespace ns (names and ids are validated before they are
+// put in a key, so no user string reaches a key unchecked):
+//
+//	simba:{ns}:s:<id>    hash: the session. Field "#v" is the owned-set
+//	                     version, "#d" the lease in ms, and one field per
+//	                     owned lease name holding its token. Expires (PEXPIRE)
+//	                     one lease after the last renewal.
+//	simba:{ns}:l:<name>  hash: the lease. Field "s" is the owner session id
+//	                     (absent when free), "t" the last token handed out
+//	                     for the name. Never expires, so tokens keep rising.
+//	simba:{ns}:rel       pub/sub channel: space-separated released names.
+//
+// Fencing tokens are max(last token + 1, Redis TIME in microseconds): they
+// rise strictly per name, and keep rising when Redis loses its data
+// (restart without persistence, FLUSHALL, failover to a replica that
+// missed writes) as long as the Redis clock does not step back. The README
+// and docs/adr/0020-redis-tokens.md explain why and the limits.
+//
+// The client must have ContextTimeoutEnabled set: the engine bounds every
+// call by one renewal period through its context, and without that
+// setting go-redis would wait for its own read timeout instead. [New]
+// refuses a client without it.
 package redisbackend

@@ -1,3 +1,22 @@
 module github.com/simba-go/simba/backend-redis
 
 go 1.25.0
+
+require (
+	github.com/redis/go-redis/v9 v9.22.0
+	github.com/simba-go/simba/deadline v0.0.0
+	github.com/simba-go/simba/session v0.0.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/simba-go/simba/term v0.0.0 // indirect
+	go.uber.org/atomic v1.11.0 // indirect
+	golang.org/x/sys v0.30.0 // indirect
+)
+
+replace (
+	github.com/simba-go/simba/deadline => ../deadline
+	github.com/simba-go/simba/session => ../session
+	github.com/simba-go/simba/term => ../term
+)

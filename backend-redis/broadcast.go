@@ -1,0 +1,130 @@
+package redisbackend
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/session"
+)
+
+// healthCheck is how often an idle subscription pings Redis; go-redis
+// reconnects and subscribes again when a ping goes unanswered, and the
+// fresh subscription becomes an empty Notice.
+const healthCheck = time.Second
+
+// subscription is the one pub/sub connection a Backend keeps for its
+// namespace, shared by every Subscribe caller.
+type subscription struct {
+	ps   *redis.PubSub
+	done chan struct{} // closed when the delivery loop has returned
+
+	dmu  sync.Mutex // held while delivering, so stop can wait for fn
+	subs map[uint64]func(session.Notice)
+}
+
+// Subscribe delivers release notices of the namespace to fn until stop is
+// called. All subscribers of one Backend share one Redis subscription.
+// Every time the subscription is established again after a lost
+// connection, fn receives a Notice with an empty Name, since notices may
+// have been missed meanwhile.
+//
+// fn must not block and must not call stop. stop waits until fn will not
+// be called again. Subscribe returns an error if Redis does not confirm the
+// subscription within the subscribe timeout (see [WithSubscribeTimeout]).
+func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
+	if fn == nil {
+		return nil, fmt.Errorf("redisbackend: subscribe: nil func")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sub == nil {
+		s, err := b.startSubscription()
+		if err != nil {
+			return nil, err
+		}
+		b.sub = s
+	}
+	s, id := b.sub, b.next
+	b.next++
+	s.dmu.Lock()
+	s.subs[id] = fn
+	s.dmu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { b.unsubscribe(s, id) }) }, nil
+}
+
+func (b *Backend) unsubscribe(s *subscription, id uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s.dmu.Lock()
+	delete(s.subs, id)
+	left := len(s.subs)
+	s.dmu.Unlock()
+	if left > 0 {
+		return
+	}
+	if b.sub == s {
+		b.sub = nil
+	}
+	_ = s.ps.Close() // closing a subscription only fails if already closed
+	<-s.done
+}
+
+func (b *Backend) startSubscription() (*subscription, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.opts.subscribeTimeout)
+	defer cancel()
+	ps := b.rdb.Subscribe(ctx, b.keys.channel)
+	// Wait for the confirmation so that a release published after
+	// Subscribe returns is seen.
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return nil, fmt.Errorf("redisbackend: subscribe %s: %w", b.keys.channel, err)
+	}
+	s := &subscription{ps: ps, done: make(chan struct{}), subs: make(map[uint64]func(session.Notice))}
+	ch := ps.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(healthCheck))
+	go s.loop(ch)
+	return s, nil
+}
+
+func (s *subscription) loop(ch <-chan any) {
+	defer close(s.done)
+	for m := range ch {
+		switch m := m.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				s.deliver(session.Notice{}) // subscribed again: notices may be lost
+			}
+		case *redis.Message:
+			for _, name := range parseNotice(m.Payload) {
+				s.deliver(session.Notice{Name: name})
+			}
+		}
+	}
+}
+
+func (s *subscription) deliver(n session.Notice) {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	for _, fn := range s.subs {
+		fn(n)
+	}
+}
+
+// parseNotice splits a release message (space-separated names) and keeps
+// the valid names: anyone who can publish on the channel can send garbage,
+// and a notice is only a hint.
+func parseNotice(payload string) []string {
+	names := strings.Fields(payload)
+	out := names[:0]
+	for _, n := range names {
+		if deadline.ValidateName(n) == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
