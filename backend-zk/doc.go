@@ -1,4 +1,46 @@
 // Package zkbackend is the Simba backend for ZooKeeper (go-zookeeper/zk):
 // the ZooKeeper session is the Simba session, leases are ephemeral nodes and
 // tokens are their creation zxids.
+//
+// # Sessions
+//
+// [Backend.Open] dials a new connection and so opens a new ZooKeeper
+// session; its id (as 0x%016x) is the session's [session.ID]. ZooKeeper
+// clamps the requested timeout to the server's [minSessionTimeout,
+// maxSessionTimeout]; the backend reads the timeout actually negotiated from
+// every connect response and never assumes the requested one.
+//
+// One renewal proves the session alive on the ZooKeeper leader for 5/12 of
+// the negotiated timeout ([Grant]), so every reply carries that much
+// remaining time and the engine renews about every 5/36 of the timeout
+// (with a 15 s timeout, every ~2 s), publishing SessionLeaseShortened
+// once per session. docs/adr/0040-zk-renewal.md explains the number.
+//
+// When ZooKeeper expires a session, go-zookeeper would silently open a new
+// one on the same connection. The backend does not let it: its dialer
+// refuses to reconnect once a connect response reports the session expired,
+// the connection is closed, and the session id answers
+// [session.ErrExpired] from then on, so the engine opens a new session.
+//
+// # Leases
+//
+// A lease is the ephemeral node <root>/<name>, created (with the data set in
+// the same multi, so one round trip returns its Stat) only if absent. The
+// token is the node's czxid: > 0 and strictly increasing across all
+// creations. A won lease counts only if the node's ephemeralOwner is this
+// session. Renew is one request (a multi with one version check of the
+// root); the owned set is kept from the backend's own acquisitions and
+// releases and from a watch on each owned node.
+//
+// # Broadcast
+//
+// A failed acquisition arms an exists watch on the holder's node; its
+// deletion (a release, or the holder's session expiring at the server)
+// reaches [Backend.Subscribe] subscribers at once as a [session.Notice].
+//
+// # Security
+//
+// The namespace root is validated by [ValidateRoot]; lease names by
+// deadline.ValidateName. [WithDigestAuth] and [WithACL] protect the
+// namespace and lease nodes.
 package zkbackend

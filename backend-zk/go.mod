@@ -1,3 +1,17 @@
 module github.com/simba-go/simba/backend-zk
 
 go 1.25.0
+
+require (
+	github.com/go-zookeeper/zk v1.0.4
+	github.com/simba-go/simba/deadline v0.0.0
+	github.com/simba-go/simba/session v0.0.0
+)
+
+require github.com/simba-go/simba/term v0.0.0 // indirect
+
+replace (
+	github.com/simba-go/simba/deadline => ../deadline
+	github.com/simba-go/simba/session => ../session
+	github.com/simba-go/simba/term => ../term
+)

@@ -1,0 +1,341 @@
+package zkbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/session"
+)
+
+// GrantNumerator and GrantDenominator give the share of the negotiated
+// session timeout that one successful renewal grants: 5/12. See
+// docs/adr/0040-zk-renewal.md for why.
+const (
+	GrantNumerator   = 5
+	GrantDenominator = 12
+)
+
+// Grant is the remaining time one successful renewal proves for a session
+// whose negotiated timeout is timeout: 5/12 of it.
+func Grant(timeout time.Duration) time.Duration {
+	return timeout * GrantNumerator / GrantDenominator
+}
+
+// Backend is the ZooKeeper implementation of [session.Backend] and
+// [session.Broadcaster].
+//
+// Every [Backend.Open] dials a new *zk.Conn, and that connection's one
+// ZooKeeper session is the Simba session: its id is the session's ID, and
+// the session ends when ZooKeeper expires it or [Backend.Close] closes the
+// connection. One Backend value serves any number of sessions at once (one
+// connection each); a process normally has one. When ZooKeeper expires a
+// session, the backend closes its connection instead of letting
+// go-zookeeper open a fresh session on it, and answers
+// [session.ErrExpired] for it from then on: the engine must Open again,
+// and gets a new session id.
+//
+// Leases are ephemeral nodes <root>/<name>; a lease's token is its node's
+// creation zxid (czxid).
+type Backend struct {
+	servers []string
+	root    string
+	cfg     config
+
+	mu       sync.Mutex
+	sessions map[session.ID]*zsession
+	closed   bool
+
+	subMu sync.RWMutex
+	subs  map[int]func(session.Notice)
+	subN  int
+
+	wg sync.WaitGroup // goroutines the backend started
+}
+
+var (
+	_ session.Backend     = (*Backend)(nil)
+	_ session.Broadcaster = (*Backend)(nil)
+)
+
+// New returns a Backend for the ZooKeeper servers ("host:port" each) that
+// keeps its leases under root, a namespace path checked by
+// [ValidateRoot] (for example "/simba/myapp"). It connects to nothing
+// until [Backend.Open].
+func New(servers []string, root string, opts ...Option) (*Backend, error) {
+	if len(servers) == 0 {
+		return nil, fmt.Errorf("%w: no ZooKeeper servers given", ErrInvalidOption)
+	}
+	for _, s := range servers {
+		if s == "" {
+			return nil, fmt.Errorf("%w: empty server address", ErrInvalidOption)
+		}
+	}
+	if err := ValidateRoot(root); err != nil {
+		return nil, err
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{
+		servers:  append([]string(nil), servers...),
+		root:     root,
+		cfg:      cfg,
+		sessions: make(map[session.ID]*zsession),
+		subs:     make(map[int]func(session.Notice)),
+	}, nil
+}
+
+// Root is the namespace root the backend's lease nodes live under.
+func (b *Backend) Root() string { return b.root }
+
+// Open opens a new ZooKeeper session, asking for req.LeaseDuration as its
+// timeout. The server clamps that to its [minSessionTimeout,
+// maxSessionTimeout]; the reply's Remaining is 5/12 of the timeout the
+// server actually granted. Open creates the namespace root if missing.
+func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+	if req.LeaseDuration < time.Millisecond || req.LeaseDuration > time.Duration(1<<31-1)*time.Millisecond {
+		return session.OpenReply{}, fmt.Errorf("zkbackend: open: lease duration %v out of range [1ms, 2^31ms)", req.LeaseDuration)
+	}
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return session.OpenReply{}, fmt.Errorf("zkbackend: open: %w", session.ErrClosed)
+	}
+	s, err := b.dialSession(ctx, req.LeaseDuration)
+	if err != nil {
+		return session.OpenReply{}, fmt.Errorf("zkbackend: open: %w", err)
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		s.close(context.Background())
+		return session.OpenReply{}, fmt.Errorf("zkbackend: open: %w", session.ErrClosed)
+	}
+	b.sessions[s.id] = s
+	b.mu.Unlock()
+	s.log.Info("zkbackend: session opened", "session", s.id, "requested", req.LeaseDuration, "negotiated", s.timeout())
+	return session.OpenReply{ID: s.id, Remaining: Grant(s.timeout())}, nil
+}
+
+// SessionTimeout is the timeout ZooKeeper negotiated for the open session
+// id, as read from the server's last connect response.
+func (b *Backend) SessionTimeout(id session.ID) (time.Duration, bool) {
+	s, err := b.lookup(id)
+	if err != nil {
+		return 0, false
+	}
+	return s.timeout(), true
+}
+
+// lookup finds an open session. An unknown id (never opened here, closed,
+// or expired) answers ErrExpired: a session never comes back.
+func (b *Backend) lookup(id session.ID) (*zsession, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, session.ErrClosed
+	}
+	s, ok := b.sessions[id]
+	if !ok || s.expired.Load() {
+		return nil, fmt.Errorf("session %s: %w", id, session.ErrExpired)
+	}
+	return s, nil
+}
+
+func (b *Backend) forget(s *zsession) {
+	b.mu.Lock()
+	if b.sessions[s.id] == s {
+		delete(b.sessions, s.id)
+	}
+	b.mu.Unlock()
+}
+
+// Renew proves the session alive with one request whatever the number of
+// leases: a multi holding a single version check of the namespace root.
+// It travels ZooKeeper's write path, so the leader itself checks that the
+// session is live (docs/adr/0040-zk-renewal.md). The owned set is kept
+// locally, from the backend's own acquisitions and releases and from the
+// watch on each of the session's lease nodes.
+func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+	s, err := b.lookup(req.ID)
+	if err != nil {
+		return session.RenewReply{}, fmt.Errorf("zkbackend: renew: %w", err)
+	}
+	if err := s.renew(ctx); err != nil {
+		return session.RenewReply{}, fmt.Errorf("zkbackend: renew %s: %w", s.id, err)
+	}
+	version, leases := s.ownedSet()
+	reply := session.RenewReply{Remaining: Grant(s.timeout()), Version: version}
+	if req.KnownVersion != version {
+		reply.Full, reply.Leases = true, leases
+	}
+	return reply, nil
+}
+
+// Acquire tries each name with one atomic create-ephemeral-and-stat per
+// name, in parallel on the session's connection. A name held by another
+// session gets token 0 and an exists watch, which turns its deletion into
+// a [session.Notice].
+func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+	s, err := b.lookup(req.ID)
+	if err != nil {
+		return session.AcquireReply{}, fmt.Errorf("zkbackend: acquire: %w", err)
+	}
+	results := make([]session.AcquireResult, len(req.Names))
+	errs := make([]error, len(req.Names))
+	var wg sync.WaitGroup
+	for i, name := range req.Names {
+		results[i].Name = name
+		if err := deadline.ValidateName(name); err != nil {
+			results[i].Err = err
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i].Token, errs[i] = s.acquire(ctx, name)
+		}()
+	}
+	wg.Wait()
+	if s.expired.Load() {
+		return session.AcquireReply{}, fmt.Errorf("zkbackend: acquire %s: %w", s.id, session.ErrExpired)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return session.AcquireReply{}, fmt.Errorf("zkbackend: acquire %s: %w", s.id, err)
+	}
+	return session.AcquireReply{Results: results}, nil
+}
+
+// Release deletes the lease nodes the session owns under the given tokens.
+// A lease whose token is not the one the session owns the name under is
+// left alone.
+func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error {
+	s, err := b.lookup(req.ID)
+	if err != nil {
+		if errors.Is(err, session.ErrExpired) {
+			// The session's ephemeral nodes are gone with it: nothing to do.
+			return nil
+		}
+		return fmt.Errorf("zkbackend: release: %w", err)
+	}
+	errs := make([]error, len(req.Leases))
+	var wg sync.WaitGroup
+	for i, l := range req.Leases {
+		if err := deadline.ValidateName(l.Name); err != nil {
+			errs[i] = err
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.release(ctx, l)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("zkbackend: release %s: %w", s.id, err)
+	}
+	return nil
+}
+
+// Close closes the session's ZooKeeper connection, which ends the session
+// at once: the server deletes its ephemeral lease nodes and fires the
+// watches of waiting candidates. Closing an unknown or expired session is
+// not an error.
+func (b *Backend) Close(ctx context.Context, id session.ID) error {
+	b.mu.Lock()
+	s, ok := b.sessions[id]
+	delete(b.sessions, id)
+	b.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return s.close(ctx)
+}
+
+// Shutdown closes every session the backend has open and waits for its
+// goroutines. The backend answers [session.ErrClosed] afterwards.
+func (b *Backend) Shutdown(ctx context.Context) error {
+	b.mu.Lock()
+	b.closed = true
+	all := make([]*zsession, 0, len(b.sessions))
+	for _, s := range b.sessions {
+		all = append(all, s)
+	}
+	clear(b.sessions)
+	b.mu.Unlock()
+	var errs []error
+	for _, s := range all {
+		errs = append(errs, s.close(ctx))
+	}
+	done := make(chan struct{})
+	go func() { b.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("zkbackend: shutdown: %w", context.Cause(ctx)))
+	}
+	return errors.Join(errs...)
+}
+
+// Subscribe delivers a [session.Notice] whenever a watched lease node is
+// deleted (released, or its owner's session expired at the server), and an
+// empty notice when a session reconnects. Watches are armed by failed
+// acquisitions, on the session that tried.
+func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
+	if fn == nil {
+		return nil, fmt.Errorf("%w: Subscribe(nil)", ErrInvalidOption)
+	}
+	b.subMu.Lock()
+	id := b.subN
+	b.subN++
+	b.subs[id] = fn
+	b.subMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			// Taking the write lock waits for any delivery in progress.
+			b.subMu.Lock()
+			delete(b.subs, id)
+			b.subMu.Unlock()
+		})
+	}, nil
+}
+
+func (b *Backend) notify(n session.Notice) {
+	b.subMu.RLock()
+	defer b.subMu.RUnlock()
+	for _, fn := range b.subs {
+		fn(n)
+	}
+}
+
+// call runs a blocking go-zookeeper request so that ctx is honoured: the
+// caller returns at ctx's end, and the request finishes in the background
+// (go-zookeeper ends it at the latest when the connection closes).
+func call[T any](ctx context.Context, wg *sync.WaitGroup, f func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		v, err := f()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, context.Cause(ctx)
+	}
+}

@@ -1,0 +1,107 @@
+package zkbackend
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// ErrInvalidOption is wrapped by the errors [New] returns for an invalid
+// option or argument.
+var ErrInvalidOption = errors.New("zkbackend: invalid option")
+
+// An Option configures a [Backend] in [New].
+type Option func(*config) error
+
+type config struct {
+	user, password string
+	acl            []zk.ACL
+	logger         *slog.Logger
+	dial           zk.Dialer
+}
+
+// WithDigestAuth authenticates every session with ZooKeeper's digest scheme
+// (user:password) and, unless [WithACL] says otherwise, protects the
+// namespace nodes and lease nodes with a digest ACL granting all
+// permissions to that user only, so that no other client can delete or
+// forge a lease.
+func WithDigestAuth(user, password string) Option {
+	return func(c *config) error {
+		if user == "" || strings.Contains(user, ":") {
+			return fmt.Errorf("%w: digest user must be non-empty and contain no ':'", ErrInvalidOption)
+		}
+		c.user, c.password = user, password
+		return nil
+	}
+}
+
+// WithACL sets the ACL of the namespace nodes the backend creates and of
+// every lease node. The default is world:anyone with all permissions, or
+// the digest ACL of [WithDigestAuth] when that is set. The ACL must let
+// the backend's own sessions create, read and delete.
+func WithACL(acl ...zk.ACL) Option {
+	return func(c *config) error {
+		if len(acl) == 0 {
+			return fmt.Errorf("%w: WithACL needs at least one ACL entry", ErrInvalidOption)
+		}
+		c.acl = append([]zk.ACL(nil), acl...)
+		return nil
+	}
+}
+
+// WithLogger sets the logger for session events (expiry, reconnection) and
+// for go-zookeeper's own messages, which are logged at debug level. The
+// default is slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: WithLogger(nil)", ErrInvalidOption)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithDialer sets how TCP connections to the servers are dialled (for
+// example through TLS). The backend wraps it to read each connect response.
+func WithDialer(d zk.Dialer) Option {
+	return func(c *config) error {
+		if d == nil {
+			return fmt.Errorf("%w: WithDialer(nil)", ErrInvalidOption)
+		}
+		c.dial = d
+		return nil
+	}
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{dial: net.DialTimeout}
+	for _, o := range opts {
+		if err := o(&c); err != nil {
+			return config{}, err
+		}
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	if c.acl == nil {
+		if c.user != "" {
+			c.acl = zk.DigestACL(zk.PermAll, c.user, c.password)
+		} else {
+			c.acl = zk.WorldACL(zk.PermAll)
+		}
+	}
+	return c, nil
+}
+
+// zkLogger sends go-zookeeper's messages to slog at debug level: they are
+// connection chatter, and what matters is reported by the backend itself.
+type zkLogger struct{ l *slog.Logger }
+
+func (z zkLogger) Printf(format string, args ...any) {
+	z.l.Debug(fmt.Sprintf(format, args...), "component", "go-zookeeper")
+}

@@ -1,0 +1,469 @@
+package zkbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/simba-go/simba/session"
+)
+
+// zsession is one ZooKeeper session: one *zk.Conn and what the backend
+// knows about the leases it owns and the watches it has armed.
+type zsession struct {
+	b    *Backend
+	log  *slog.Logger
+	conn atomic.Pointer[zk.Conn]
+
+	id        session.ID   // set once Open has the session
+	sid       atomic.Int64 // ZooKeeper session id from the first connect response
+	timeoutNs atomic.Int64 // negotiated timeout from the latest connect response
+
+	expired atomic.Bool // ZooKeeper expired the session
+	closed  atomic.Bool // Close was called
+	ready   chan struct{}
+	gone    chan struct{} // closed on expiry or close
+	had     atomic.Bool   // the connection has had its session once
+	goneMu  sync.Once
+	readyMu sync.Once
+
+	mu        sync.Mutex
+	owned     map[string]uint64   // lease name → token (czxid)
+	version   uint64              // version of owned; bumped on every change
+	armed     map[string]struct{} // names with an exists watch armed on the server
+	uncertain map[string]struct{} // names whose create or own-watch failed without a known outcome
+}
+
+func formatID(sid int64) session.ID {
+	return session.ID(fmt.Sprintf("0x%016x", uint64(sid)))
+}
+
+func (b *Backend) dialSession(ctx context.Context, lease time.Duration) (*zsession, error) {
+	s := &zsession{
+		b:         b,
+		log:       b.cfg.logger,
+		ready:     make(chan struct{}),
+		gone:      make(chan struct{}),
+		owned:     make(map[string]uint64),
+		version:   1,
+		armed:     make(map[string]struct{}),
+		uncertain: make(map[string]struct{}),
+	}
+	conn, _, err := zk.Connect(b.servers, lease,
+		zk.WithDialer(dialer(b.cfg.dial, s.isGone, s.onConnect)),
+		// The event channel drops events when full; the callback does not.
+		zk.WithEventCallback(s.onEvent),
+		zk.WithLogger(zkLogger{s.log}),
+		zk.WithLogInfo(false))
+	if err != nil {
+		return nil, err
+	}
+	s.conn.Store(conn)
+	select {
+	case <-s.ready:
+	case <-s.gone:
+		s.close(context.Background())
+		return nil, fmt.Errorf("session ended while connecting: %w", session.ErrExpired)
+	case <-ctx.Done():
+		s.close(context.Background())
+		return nil, fmt.Errorf("connecting to %v: %w", b.servers, context.Cause(ctx))
+	}
+	s.id = formatID(s.sid.Load())
+	s.log = s.log.With("session", s.id)
+	if b.cfg.user != "" {
+		if _, err := call(ctx, &b.wg, func() (struct{}, error) {
+			return struct{}{}, conn.AddAuth("digest", []byte(b.cfg.user+":"+b.cfg.password))
+		}); err != nil {
+			s.close(context.Background())
+			return nil, fmt.Errorf("digest auth: %w", err)
+		}
+	}
+	if err := s.ensureRoot(ctx); err != nil {
+		s.close(context.Background())
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *zsession) isGone() bool { return s.expired.Load() || s.closed.Load() }
+
+func (s *zsession) timeout() time.Duration { return time.Duration(s.timeoutNs.Load()) }
+
+// onConnect sees every connect response before go-zookeeper does.
+func (s *zsession) onConnect(info connectInfo) {
+	first := s.sid.Load()
+	switch {
+	case info.sessionID == 0:
+		// The server no longer knows the session: it has expired.
+		if first != 0 {
+			s.markExpired("server answered the reconnect with an expired session")
+		}
+	case first == 0 && s.sid.CompareAndSwap(0, info.sessionID):
+		s.timeoutNs.Store(int64(info.timeout))
+	case info.sessionID != s.sid.Load():
+		// Never expected (the dialer stops after expiry), but a different
+		// session on this connection must never pass for ours.
+		s.markExpired(fmt.Sprintf("connection switched to session %#x", info.sessionID))
+	default:
+		s.timeoutNs.Store(int64(info.timeout))
+	}
+}
+
+func (s *zsession) onEvent(ev zk.Event) {
+	switch ev.Type {
+	case zk.EventSession:
+		switch ev.State {
+		case zk.StateHasSession:
+			if !s.had.Swap(true) {
+				s.readyMu.Do(func() { close(s.ready) })
+				return
+			}
+			s.log.Info("zkbackend: reconnected", "server", ev.Server, "negotiated", s.timeout())
+			// Watches are re-set by go-zookeeper; an empty notice makes
+			// every waiting candidate try anyway.
+			s.b.notify(session.Notice{})
+		case zk.StateExpired:
+			s.markExpired("go-zookeeper reported StateExpired")
+		}
+	case zk.EventNodeDeleted, zk.EventNodeCreated, zk.EventNodeDataChanged, zk.EventNodeChildrenChanged:
+		name, ok := s.leaseName(ev.Path)
+		if !ok {
+			return
+		}
+		s.mu.Lock()
+		delete(s.armed, name)
+		tok, own := s.owned[name]
+		if own && ev.Type == zk.EventNodeDeleted {
+			delete(s.owned, name)
+			s.version++
+		}
+		s.mu.Unlock()
+		switch {
+		case ev.Type == zk.EventNodeDeleted:
+			s.b.notify(session.Notice{Name: name})
+		case own:
+			// Something else fired (and used up) the watch on our own
+			// node: arm it again so a deletion is still seen.
+			s.watchOwn(name, tok)
+		}
+	case zk.EventNotWatching:
+		s.mu.Lock()
+		clear(s.armed)
+		s.mu.Unlock()
+	}
+}
+
+func (s *zsession) leaseName(path string) (string, bool) {
+	root := s.b.root
+	if len(path) <= len(root)+1 || !strings.HasPrefix(path, root) || path[len(root)] != '/' {
+		return "", false
+	}
+	name := path[len(root)+1:]
+	return name, !strings.Contains(name, "/")
+}
+
+func (s *zsession) markExpired(why string) {
+	if !s.expired.CompareAndSwap(false, true) {
+		return
+	}
+	if !s.closed.Load() {
+		s.log.Warn("zkbackend: session expired", "why", why)
+	}
+	s.goneMu.Do(func() { close(s.gone) })
+	s.b.forget(s)
+	if c := s.conn.Load(); c != nil {
+		// Close from another goroutine: this may run on go-zookeeper's
+		// own loop, which Close waits for.
+		s.b.wg.Add(1)
+		go func() { defer s.b.wg.Done(); c.Close() }()
+	}
+}
+
+func (s *zsession) close(ctx context.Context) error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	s.goneMu.Do(func() { close(s.gone) })
+	c := s.conn.Load()
+	if c == nil {
+		return nil
+	}
+	_, err := call(ctx, &s.b.wg, func() (struct{}, error) { c.Close(); return struct{}{}, nil })
+	if err != nil {
+		return fmt.Errorf("zkbackend: close %s: %w", s.id, err)
+	}
+	return nil
+}
+
+// classify turns a go-zookeeper error into what the engine expects.
+func (s *zsession) classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, zk.ErrSessionExpired):
+		s.markExpired("request answered session expired")
+		return fmt.Errorf("%w (%w)", session.ErrExpired, err)
+	case s.expired.Load():
+		return fmt.Errorf("%w (%w)", session.ErrExpired, err)
+	case s.closed.Load():
+		return fmt.Errorf("%w (%w)", session.ErrClosed, err)
+	}
+	return err
+}
+
+func (s *zsession) ensureRoot(ctx context.Context) error {
+	conn, acl := s.conn.Load(), s.b.cfg.acl
+	_, err := call(ctx, &s.b.wg, func() (struct{}, error) {
+		if ok, _, err := conn.Exists(s.b.root); err != nil || ok {
+			return struct{}{}, err
+		}
+		for _, p := range parents(s.b.root) {
+			if _, err := conn.Create(p, nil, 0, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				return struct{}{}, fmt.Errorf("create namespace node %s: %w", p, err)
+			}
+		}
+		return struct{}{}, nil
+	})
+	return s.classify(err)
+}
+
+// renew sends the one renewal request; see Backend.Renew.
+func (s *zsession) renew(ctx context.Context) error {
+	if err := s.resolve(ctx); err != nil {
+		return err
+	}
+	conn := s.conn.Load()
+	check := &zk.CheckVersionRequest{Path: s.b.root, Version: -1}
+	for attempt := 0; ; attempt++ {
+		_, err := call(ctx, &s.b.wg, func() ([]zk.MultiResponse, error) { return conn.Multi(check) })
+		if errors.Is(err, zk.ErrNoNode) && attempt == 0 {
+			// Someone deleted the namespace root: put it back once.
+			if err := s.ensureRoot(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		return s.classify(err)
+	}
+}
+
+// resolve settles names whose outcome the session does not know (a create
+// whose reply was lost, or an own node whose watch could not be armed):
+// the rare path, one exists-with-watch per name.
+func (s *zsession) resolve(ctx context.Context) error {
+	s.mu.Lock()
+	names := make([]string, 0, len(s.uncertain))
+	for n := range s.uncertain {
+		names = append(names, n)
+	}
+	s.mu.Unlock()
+	conn, sid := s.conn.Load(), s.sid.Load()
+	for _, name := range names {
+		type res struct {
+			ok bool
+			st *zk.Stat
+		}
+		r, err := call(ctx, &s.b.wg, func() (res, error) {
+			ok, st, _, err := conn.ExistsW(s.b.root + "/" + name)
+			return res{ok, st}, err
+		})
+		if err != nil {
+			return s.classify(err)
+		}
+		s.mu.Lock()
+		delete(s.uncertain, name)
+		tok, own := s.owned[name]
+		switch {
+		case r.ok && r.st.EphemeralOwner == sid:
+			if !own || tok != uint64(r.st.Czxid) {
+				s.owned[name] = uint64(r.st.Czxid)
+				s.version++
+			}
+		case own:
+			delete(s.owned, name)
+			s.version++
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func (s *zsession) ownedSet() (uint64, []session.Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	leases := make([]session.Lease, 0, len(s.owned))
+	for n, t := range s.owned {
+		leases = append(leases, session.Lease{Name: n, Token: t})
+	}
+	slices.SortFunc(leases, func(a, b session.Lease) int { return strings.Compare(a.Name, b.Name) })
+	return s.version, leases
+}
+
+// acquire tries one name: see Backend.Acquire and
+// docs/adr/0041-zk-leases.md.
+func (s *zsession) acquire(ctx context.Context, name string) (uint64, error) {
+	path := s.b.root + "/" + name
+	s.mu.Lock()
+	tok, own := s.owned[name]
+	_, unsure := s.uncertain[name]
+	s.mu.Unlock()
+	if own {
+		return tok, nil
+	}
+	conn, sid, acl := s.conn.Load(), s.sid.Load(), s.b.cfg.acl
+	data := []byte(s.id)
+	for attempt := 0; attempt < 3; attempt++ {
+		// create + setData in one multi: the setData's reply carries the
+		// new node's Stat (czxid, ephemeralOwner) in the same round trip.
+		st, err := call(ctx, &s.b.wg, func() (*zk.Stat, error) {
+			res, err := conn.Multi(
+				&zk.CreateRequest{Path: path, Data: data, Acl: acl, Flags: zk.FlagEphemeral},
+				&zk.SetDataRequest{Path: path, Data: data, Version: 0})
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range res {
+				if r.Error != nil {
+					return nil, r.Error
+				}
+			}
+			if len(res) != 2 || res[1].Stat == nil {
+				return nil, fmt.Errorf("create %s: multi answered %d results without a stat", path, len(res))
+			}
+			return res[1].Stat, nil
+		})
+		switch {
+		case err == nil:
+			if st.EphemeralOwner != sid || st.Czxid <= 0 {
+				// The node we just created must be ours; if not, do not
+				// make it a term.
+				return 0, fmt.Errorf("create %s: node owned by %#x with czxid %d, not by this session", path, st.EphemeralOwner, st.Czxid)
+			}
+			tok := uint64(st.Czxid)
+			s.mu.Lock()
+			s.owned[name] = tok
+			s.version++
+			delete(s.uncertain, name)
+			s.mu.Unlock()
+			s.watchOwn(name, tok)
+			return tok, nil
+		case errors.Is(err, zk.ErrNodeExists):
+			s.mu.Lock()
+			_, armed := s.armed[name]
+			s.armed[name] = struct{}{} // before the request: the event may beat our reading of the reply
+			s.mu.Unlock()
+			if armed && !unsure {
+				return 0, nil
+			}
+			type res struct {
+				ok bool
+				st *zk.Stat
+			}
+			r, err := call(ctx, &s.b.wg, func() (res, error) {
+				ok, st, _, err := conn.ExistsW(path)
+				return res{ok, st}, err
+			})
+			if err != nil {
+				s.mu.Lock()
+				delete(s.armed, name)
+				s.mu.Unlock()
+				return 0, s.classify(err)
+			}
+			if !r.ok {
+				continue // deleted in between: try to create again
+			}
+			if r.st.EphemeralOwner == sid {
+				// Ours from a create whose reply was lost.
+				tok := uint64(r.st.Czxid)
+				s.mu.Lock()
+				s.owned[name] = tok
+				s.version++
+				delete(s.uncertain, name)
+				s.mu.Unlock()
+				return tok, nil
+			}
+			return 0, nil
+		case errors.Is(err, zk.ErrNoNode) && attempt == 0:
+			if err := s.ensureRoot(ctx); err != nil {
+				return 0, err
+			}
+		default:
+			// The create may or may not have happened: find out at the
+			// next renewal.
+			s.mu.Lock()
+			s.uncertain[name] = struct{}{}
+			s.mu.Unlock()
+			return 0, s.classify(err)
+		}
+	}
+	return 0, nil
+}
+
+// watchOwn arms an exists watch on the session's own lease node, in the
+// background (it is not needed before Acquire returns), so that a deletion
+// by anyone else drops the lease from the owned set.
+func (s *zsession) watchOwn(name string, tok uint64) {
+	conn, sid := s.conn.Load(), s.sid.Load()
+	s.b.wg.Add(1)
+	go func() {
+		defer s.b.wg.Done()
+		ok, st, _, err := conn.ExistsW(s.b.root + "/" + name)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err != nil {
+			if !s.isGone() {
+				s.uncertain[name] = struct{}{}
+			}
+			return
+		}
+		if (!ok || st.EphemeralOwner != sid || uint64(st.Czxid) != tok) && s.owned[name] == tok {
+			delete(s.owned, name)
+			s.version++
+		}
+	}()
+}
+
+// release deletes one lease node if the session owns it under l.Token.
+func (s *zsession) release(ctx context.Context, l session.Lease) error {
+	path := s.b.root + "/" + l.Name
+	s.mu.Lock()
+	tok, own := s.owned[l.Name]
+	s.mu.Unlock()
+	if own && tok != l.Token {
+		return nil // a stale release: the session owns a later term
+	}
+	conn, sid := s.conn.Load(), s.sid.Load()
+	_, err := call(ctx, &s.b.wg, func() (struct{}, error) {
+		if !own {
+			// Not in the owned set (a lost acquisition reply, or already
+			// gone): delete only our node with exactly this token.
+			ok, st, err := conn.Exists(path)
+			if err != nil || !ok || st.EphemeralOwner != sid || uint64(st.Czxid) != l.Token {
+				return struct{}{}, err
+			}
+		}
+		return struct{}{}, conn.Delete(path, -1)
+	})
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		err = s.classify(err)
+		if errors.Is(err, session.ErrExpired) {
+			return nil // the node went with the session
+		}
+		return err
+	}
+	s.mu.Lock()
+	if t, ok := s.owned[l.Name]; ok && t == l.Token {
+		delete(s.owned, l.Name)
+		s.version++
+	}
+	delete(s.uncertain, l.Name)
+	s.mu.Unlock()
+	return nil
+}
