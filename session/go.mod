@@ -1,3 +1,12 @@
 module github.com/simba-go/simba/session
 
 go 1.25.0
+
+require (
+	github.com/simba-go/simba/deadline v0.0.0
+	github.com/simba-go/simba/term v0.0.0
+)
+
+replace github.com/simba-go/simba/deadline => ../deadline
+
+replace github.com/simba-go/simba/term => ../term

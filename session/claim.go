@@ -1,0 +1,172 @@
+package session
+
+import (
+	"fmt"
+
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/term"
+)
+
+// ClaimHandler receives what happens to a [Claim]'s leases. Its methods run
+// with the engine's lock held, in the order things happen: they must not
+// block, and may only change engine state through the Claim's methods and
+// [Session.Defer] (to run user callbacks after the lock is released).
+type ClaimHandler interface {
+	// Won reports a new term.
+	Won(t *term.Term)
+	// Lost reports that the lease of t is gone without the claim asking:
+	// DEADLINE_PASSED, SESSION_EXPIRED, TAKEN_OVER, or STOPPED when the
+	// session closed. No release is needed. t may already have been revoked
+	// by the claim (a voluntary handover still waiting for its task); the
+	// handover then ends without a release.
+	Lost(t *term.Term, reason term.RevokeReason)
+}
+
+// Describer is implemented by a ClaimHandler that reports itself in
+// [Session.Snapshot]. Describe runs with the engine's lock held.
+type Describer interface {
+	Describe() (kind, status string)
+}
+
+// Claim registers a lease name on a session for one user (an election, a
+// lock, a partition of a group). While it wants the lease, the session
+// attempts to acquire it at once, on every candidate tick and on every
+// release notice, batching the attempts of all claims into one backend
+// call; it reports terms won and lost to the handler.
+//
+// Claim methods must be called with the engine's lock held: inside
+// [Session.Do] or a ClaimHandler method.
+type Claim struct {
+	s       *Session
+	name    string
+	h       ClaimHandler
+	want    bool
+	queued  bool
+	attempt uint64 // the attempt in flight, 0 if none
+	held    *held
+	dropped bool
+}
+
+// held is a lease the session holds for a claim: its term, valid or
+// revoked while a voluntary handover waits for the term's task.
+type held struct {
+	t         *term.Term
+	revokeFn  func(term.RevokeReason) bool
+	token     uint64
+	inc       *incarnation
+	confirmed uint64 // engine sequence when the acquisition was confirmed
+	revoked   bool
+}
+
+// Claim registers name on the session for h. It fails with an error
+// wrapping deadline.ErrInvalidName for an invalid name, ErrAlreadyStarted
+// if the name is already claimed on this session, and ErrClosed after
+// Close. It takes the engine's lock: call it outside Do.
+func (s *Session) Claim(name string, h ClaimHandler) (*Claim, error) {
+	if err := deadline.ValidateName(name); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == Closed {
+		return nil, fmt.Errorf("%w: claim %q", ErrClosed, name)
+	}
+	if _, ok := s.claims[name]; ok {
+		return nil, fmt.Errorf("%w: %q", ErrAlreadyStarted, name)
+	}
+	c := &Claim{s: s, name: name, h: h}
+	s.claims[name] = c
+	s.order = append(s.order, c)
+	return c, nil
+}
+
+// Name is the claimed lease name.
+func (c *Claim) Name() string { return c.name }
+
+// Session is the session the claim is registered on.
+func (c *Claim) Session() *Session { return c.s }
+
+// Want starts (true) or stops (false) competing for the lease. Starting
+// attempts at once. Stopping does not give up a lease already held: use
+// Revoke and Release.
+func (c *Claim) Want(want bool) {
+	if c.dropped || c.s.state == Closed {
+		return
+	}
+	c.want = want
+	if !want {
+		c.queued = false
+		return
+	}
+	if c.held == nil && c.attempt == 0 {
+		c.queued = true
+		c.s.pumpAcquire()
+	}
+	c.s.armCandidate()
+}
+
+// Term is the current term, or nil. It may already be revoked while a
+// voluntary handover waits to release its lease.
+func (c *Claim) Term() *term.Term {
+	if c.held == nil {
+		return nil
+	}
+	return c.held.t
+}
+
+// Revoke ends the current term for a voluntary reason (Stopped or
+// SteppedDown) and keeps its lease until Release: the first step of the
+// handover order. It returns the term, or nil if none is held.
+func (c *Claim) Revoke(reason term.RevokeReason) *term.Term {
+	h := c.held
+	if h == nil {
+		return nil
+	}
+	c.s.revoke(c, h, reason)
+	return h.t
+}
+
+// Release gives the current term's lease back, carrying its token, after
+// revoking the term if it was not already. done, if not nil, runs with the
+// lock held when the backend has answered (or the call failed or the
+// session ended): deliver OnRevoked from there. It reports whether a lease
+// was released.
+func (c *Claim) Release(reason term.RevokeReason, done func()) bool {
+	h := c.held
+	if h == nil {
+		return false
+	}
+	c.held = nil
+	c.s.revoke(c, h, reason)
+	if h.inc.over {
+		if done != nil {
+			done()
+		}
+		return false
+	}
+	c.s.release(h.inc, Lease{Name: c.name, Token: h.token}, done)
+	if c.want {
+		c.s.armCandidate()
+	}
+	return true
+}
+
+// Drop unregisters the claim, releasing its lease if one is held. The name
+// can be claimed again afterwards.
+func (c *Claim) Drop() {
+	if c.dropped {
+		return
+	}
+	c.Release(term.Stopped, nil)
+	c.dropped = true
+	c.want = false
+	if c.s.claims[c.name] == c {
+		delete(c.s.claims, c.name)
+	}
+	for i, o := range c.s.order {
+		if o == c {
+			c.s.order = append(c.s.order[:i:i], c.s.order[i+1:]...)
+			break
+		}
+	}
+}

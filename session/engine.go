@@ -1,0 +1,451 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/simba-go/simba/term"
+)
+
+// The engine's rules, all run with s.mu held. Each backend reply is judged
+// against the state it was sent in (the incarnation, the attempt), so a
+// late, duplicated or reordered reply can never undo what a later one did.
+
+// open asks the backend for a new session.
+func (s *Session) open() {
+	if s.state == Closed {
+		return
+	}
+	s.state = Opening
+	sentAt := s.env.Now()
+	var reply OpenReply
+	var err error
+	s.call(func(ctx context.Context) {
+		reply, err = s.b.Open(ctx, OpenRequest{LeaseDuration: s.cfg.LeaseDuration})
+	}, func(timedOut bool) {
+		if s.state == Closed {
+			if err == nil && !timedOut {
+				s.closeLater(reply.ID)
+			}
+			return
+		}
+		if timedOut {
+			err = context.DeadlineExceeded
+		}
+		if err == nil {
+			err = s.opened(sentAt, reply)
+		}
+		if err != nil {
+			s.openFails++
+			backoff := s.cfg.MinBackoff << min(s.openFails-1, 16)
+			backoff = min(backoff, s.cfg.RenewInterval)
+			s.emit(Event{Kind: SessionSuspended, Err: err})
+			var t timer
+			s.after(&t, backoff, s.open)
+		}
+	})
+}
+
+// opened starts a new incarnation from a successful Open.
+func (s *Session) opened(sentAt time.Time, r OpenReply) error {
+	life := newLifeline(s.env, s.cfg.Deadline(sentAt, r.Remaining))
+	if life.Remaining() <= 0 {
+		s.closeLater(r.ID)
+		return errors.New("simba: backend granted a session already over by the local deadline (grant " + r.Remaining.String() + ")")
+	}
+	s.openFails = 0
+	inc := &incarnation{id: r.ID, life: life, released: make(map[string]uint64)}
+	s.inc = inc
+	s.state = Live
+	s.regrant(inc, r.Remaining)
+	s.emit(Event{Kind: SessionOpened, Remaining: r.Remaining})
+	select {
+	case <-s.ready:
+	default:
+		close(s.ready)
+	}
+	s.armRenew(inc, sentAt)
+	s.armDeadline(inc)
+	for _, c := range s.order {
+		if c.want {
+			c.queued = true
+		}
+	}
+	s.pumpAcquire()
+	s.armCandidate()
+	return nil
+}
+
+// regrant applies the renewal period a grant of remaining allows, and
+// publishes SessionLeaseShortened once per backend session.
+func (s *Session) regrant(inc *incarnation, remaining time.Duration) {
+	every, shortened := s.cfg.RenewEvery(remaining)
+	s.renewEvery = every
+	if shortened && !inc.shortened {
+		inc.shortened = true
+		s.emit(Event{Kind: SessionLeaseShortened, Session: inc.id, Remaining: remaining, RenewEvery: every})
+	}
+}
+
+func (s *Session) armRenew(inc *incarnation, from time.Time) {
+	d := s.renewEvery - s.env.Now().Sub(from)
+	s.after(&inc.renew, max(d, 0), func() { s.renew(inc) })
+}
+
+func (s *Session) armDeadline(inc *incarnation) {
+	s.after(&inc.deadline, inc.life.Remaining(), func() { s.checkDeadline(inc) })
+}
+
+// renew sends one renewal for the incarnation.
+func (s *Session) renew(inc *incarnation) {
+	if inc.over || inc.renewing {
+		return
+	}
+	inc.renewing = true
+	s.seq++
+	sentSeq := s.seq
+	sentAt := s.env.Now()
+	req := RenewRequest{ID: inc.id, KnownVersion: inc.version}
+	var reply RenewReply
+	var err error
+	s.call(func(ctx context.Context) {
+		reply, err = s.b.Renew(ctx, req)
+	}, func(timedOut bool) {
+		inc.renewing = false
+		if inc.over {
+			return
+		}
+		switch {
+		case timedOut:
+			s.renewFailed(inc, context.DeadlineExceeded)
+		case errors.Is(err, ErrExpired):
+			s.expire(inc, term.SessionExpired)
+		case err != nil:
+			s.renewFailed(inc, err)
+		default:
+			s.renewed(inc, sentAt, sentSeq, reply)
+		}
+	})
+}
+
+func (s *Session) renewed(inc *incarnation, sentAt time.Time, sentSeq uint64, r RenewReply) {
+	if !inc.life.extend(s.cfg.Deadline(sentAt, r.Remaining)) {
+		// The deadline passed before this reply came: the session is over
+		// and stays over. checkDeadline does the rest.
+		s.checkDeadline(inc)
+		return
+	}
+	s.state = Live
+	s.regrant(inc, r.Remaining)
+	s.emit(Event{Kind: SessionRenewed, Remaining: r.Remaining})
+	s.armRenew(inc, sentAt)
+	s.armDeadline(inc)
+	switch {
+	case r.Full:
+		inc.owned = make(map[string]uint64, len(r.Leases))
+		for _, l := range r.Leases {
+			inc.owned[l.Name] = l.Token
+		}
+		inc.version = r.Version
+	case r.Version != inc.version || inc.owned == nil:
+		// The backend's set moved on without a list: ask for it next time.
+		inc.version = 0
+		return
+	}
+	s.checkOwned(inc, sentSeq)
+	s.pumpAcquire()
+}
+
+// checkOwned ends the terms whose lease the backend no longer lists, and
+// releases leases the backend lists that no term holds (won by a reply
+// that never arrived).
+func (s *Session) checkOwned(inc *incarnation, sentSeq uint64) {
+	for _, c := range s.order {
+		h := c.held
+		if h == nil || h.inc != inc || h.confirmed >= sentSeq {
+			continue // confirmed after the renewal left: the reply cannot know
+		}
+		if inc.owned[c.name] != h.token {
+			c.held = nil
+			s.revoke(c, h, term.TakenOver)
+			c.h.Lost(h.t, term.TakenOver)
+			if c.want {
+				c.queued = true
+			}
+		}
+	}
+	for name, token := range inc.owned {
+		c := s.claims[name]
+		if c != nil && (c.attempt != 0 || c.held != nil && c.held.inc == inc && c.held.token == token) {
+			continue
+		}
+		if token <= inc.released[name] && s.releasePending(inc, name, token) {
+			continue
+		}
+		s.release(inc, Lease{Name: name, Token: token}, nil)
+	}
+}
+
+func (s *Session) releasePending(inc *incarnation, name string, token uint64) bool {
+	for _, p := range s.releaseQ {
+		if p.inc == inc && p.lease.Name == name && p.lease.Token == token {
+			return true
+		}
+	}
+	return false
+}
+
+// renewFailed suspends the session and schedules a retry with halving
+// backoff, never past the deadline.
+func (s *Session) renewFailed(inc *incarnation, err error) {
+	left := inc.life.Remaining()
+	if left <= 0 {
+		s.checkDeadline(inc)
+		return
+	}
+	if s.state != Suspended {
+		s.state = Suspended
+		s.emit(Event{Kind: SessionSuspended, Err: err})
+	}
+	if d := s.cfg.Backoff(left); d < left {
+		s.after(&inc.renew, d, func() { s.renew(inc) })
+	}
+}
+
+// checkDeadline ends the incarnation if its local deadline has passed.
+func (s *Session) checkDeadline(inc *incarnation) {
+	if inc.over {
+		return
+	}
+	if left := inc.life.Remaining(); left > 0 {
+		s.armDeadline(inc)
+		return
+	}
+	s.emit(Event{Kind: SessionDeadlinePassed, Session: inc.id})
+	s.expire(inc, term.DeadlinePassed)
+}
+
+// expire ends an incarnation: its terms end with reason, and a new backend
+// session is opened. The old one is closed in the background when its
+// deadline passed (it may still be alive on the backend, holding leases
+// other nodes wait for).
+func (s *Session) expire(inc *incarnation, reason term.RevokeReason) {
+	inc.over = true
+	inc.life.end()
+	s.stopTimer(&inc.renew)
+	s.stopTimer(&inc.deadline)
+	if reason == term.SessionExpired {
+		s.emit(Event{Kind: SessionExpired, Session: inc.id})
+	} else {
+		s.closeLater(inc.id)
+	}
+	for _, c := range s.order {
+		if c.attempt != 0 {
+			c.attempt = 0
+		}
+		if h := c.held; h != nil && h.inc == inc {
+			c.held = nil
+			s.revoke(c, h, reason)
+			c.h.Lost(h.t, reason)
+		}
+	}
+	if s.inc == inc {
+		s.inc = nil
+		s.open()
+	}
+}
+
+// closeLater closes a backend session that is no longer ours, best effort.
+func (s *Session) closeLater(id ID) {
+	s.call(func(ctx context.Context) { _ = s.b.Close(ctx, id) }, func(bool) {})
+}
+
+// revoke ends a held term for reason and publishes it. Lock held.
+func (s *Session) revoke(c *Claim, h *held, reason term.RevokeReason) {
+	if h.revoked {
+		return
+	}
+	h.revoked = true
+	h.revokeFn(reason)
+	s.emit(Event{Kind: TermRevoked, Session: h.inc.id, Name: c.name, Token: h.token, Reason: reason})
+}
+
+// armCandidate keeps the candidate tick running while a claim wants a
+// lease it does not hold: every RenewInterval/2 + jitter, all waiting
+// claims attempt in one batch.
+func (s *Session) armCandidate() {
+	if s.state == Closed || s.candidate.stop != nil {
+		return
+	}
+	waiting := false
+	for _, c := range s.order {
+		if c.want && c.held == nil {
+			waiting = true
+			break
+		}
+	}
+	if !waiting {
+		return
+	}
+	s.after(&s.candidate, s.cfg.RetryDelay(s.env.Jitter()), func() {
+		for _, c := range s.order {
+			if c.want && c.held == nil && c.attempt == 0 {
+				c.queued = true
+			}
+		}
+		s.pumpAcquire()
+		s.armCandidate()
+	})
+}
+
+// pumpAcquire sends one Acquire for every queued claim, unless one is in
+// flight (its reply sends the next): batches form by themselves.
+func (s *Session) pumpAcquire() {
+	inc := s.inc
+	if s.acquiring || inc == nil || inc.over || s.state != Live {
+		return
+	}
+	var names []string
+	s.seq++
+	attempt := s.seq
+	for _, c := range s.order {
+		if !c.queued {
+			continue
+		}
+		c.queued = false
+		if c.want && c.held == nil && c.attempt == 0 {
+			c.attempt = attempt
+			names = append(names, c.name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	s.acquiring = true
+	var reply AcquireReply
+	var err error
+	req := AcquireRequest{ID: inc.id, Names: names}
+	s.call(func(ctx context.Context) {
+		reply, err = s.b.Acquire(ctx, req)
+	}, func(timedOut bool) {
+		s.acquiring = false
+		for _, c := range s.order {
+			if c.attempt == attempt && (timedOut || err != nil) {
+				c.attempt = 0
+			}
+		}
+		switch {
+		case timedOut:
+		case errors.Is(err, ErrExpired):
+			if !inc.over {
+				s.expire(inc, term.SessionExpired)
+			}
+		case err != nil:
+		default:
+			s.acquired(inc, attempt, reply)
+		}
+		s.pumpAcquire()
+		s.armCandidate()
+	})
+}
+
+// acquired turns won leases into terms, under the three rules of
+// "Becoming leader": the reply belongs to the current attempt, it arrived
+// before the local deadline, and its token is higher than every token this
+// session released for the name. A win that cannot become a term is
+// released.
+func (s *Session) acquired(inc *incarnation, attempt uint64, r AcquireReply) {
+	s.seq++
+	confirmed := s.seq
+	for _, res := range r.Results {
+		c := s.claims[res.Name]
+		current := c != nil && c.attempt == attempt
+		if current {
+			c.attempt = 0
+		}
+		if res.Token == 0 {
+			continue
+		}
+		if c != nil && c.held != nil && c.held.inc == inc && c.held.token == res.Token {
+			continue // a duplicate of the reply that made this term
+		}
+		stale := !current || inc.over || inc != s.inc || res.Token <= inc.released[res.Name] || !c.want
+		if stale || inc.life.Remaining() <= 0 {
+			if !inc.over && res.Token > inc.released[res.Name] {
+				s.release(inc, Lease{Name: res.Name, Token: res.Token}, nil)
+			}
+			continue
+		}
+		t, revokeFn := term.New(context.WithValue(s.root, markerKey{}, s), res.Name, res.Token, inc.life)
+		c.held = &held{t: t, revokeFn: revokeFn, token: res.Token, inc: inc, confirmed: confirmed}
+		s.emit(Event{Kind: TermElected, Session: inc.id, Name: res.Name, Token: res.Token})
+		c.h.Won(t)
+	}
+}
+
+// release gives a lease back to the backend, carrying its token; done, if
+// not nil, runs with the lock held once the backend answered or the call
+// failed. Lock held.
+func (s *Session) release(inc *incarnation, l Lease, done func()) {
+	if l.Token > inc.released[l.Name] {
+		inc.released[l.Name] = l.Token
+	}
+	s.releaseQ = append(s.releaseQ, pendingRelease{inc: inc, lease: l, done: done})
+	s.pumpRelease()
+}
+
+func (s *Session) pumpRelease() {
+	if s.releasing || len(s.releaseQ) == 0 {
+		return
+	}
+	batch := s.releaseQ
+	s.releaseQ = nil
+	// One call per backend session; the rest follow when it returns.
+	inc := batch[0].inc
+	var rest []pendingRelease
+	req := ReleaseRequest{ID: inc.id}
+	var dones []func()
+	for _, p := range batch {
+		if p.inc != inc {
+			rest = append(rest, p)
+			continue
+		}
+		req.Leases = append(req.Leases, p.lease)
+		if p.done != nil {
+			dones = append(dones, p.done)
+		}
+	}
+	s.releaseQ = rest
+	s.releasing = true
+	s.call(func(ctx context.Context) {
+		_ = s.b.Release(ctx, req) // a failed release is healed by the next renewal's owned list
+	}, func(bool) {
+		s.releasing = false
+		for _, d := range dones {
+			d()
+		}
+		s.pumpRelease()
+	})
+}
+
+// notice answers a release notice from the backend with an attempt.
+func (s *Session) notice(n Notice) {
+	s.mu.Lock()
+	if s.state == Closed {
+		s.mu.Unlock()
+		return
+	}
+	if n.Name == "" {
+		for _, c := range s.order {
+			if c.want && c.held == nil {
+				c.queued = true
+			}
+		}
+	} else if c := s.claims[n.Name]; c != nil && c.want && c.held == nil {
+		c.queued = true
+	}
+	s.pumpAcquire()
+	s.mu.Unlock()
+	s.drain()
+}

@@ -1,0 +1,118 @@
+package session
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/simba-go/simba/term"
+)
+
+// EventKind says what happened.
+type EventKind int
+
+// The kinds of [Event].
+const (
+	// SessionOpened: a new backend session is open (ID, Remaining, RenewEvery).
+	SessionOpened EventKind = iota + 1
+	// SessionRenewed: a renewal succeeded (Remaining, RenewEvery). Published
+	// for every renewal; listeners that only care about changes watch State.
+	SessionRenewed
+	// SessionSuspended: a renewal failed (Err); retries follow until the
+	// deadline.
+	SessionSuspended
+	// SessionDeadlinePassed: the local deadline passed without a successful
+	// renewal; the session's terms ended with DEADLINE_PASSED.
+	SessionDeadlinePassed
+	// SessionExpired: the backend answered that the session expired.
+	SessionExpired
+	// SessionClosed: Close ended the session.
+	SessionClosed
+	// SessionLeaseShortened: the backend grants less time than two renewal
+	// periods need; the session now renews every RenewEvery. Published once
+	// per backend session.
+	SessionLeaseShortened
+	// TermElected: a term began (Name, Token).
+	TermElected
+	// TermRevoked: a term ended (Name, Token, Reason).
+	TermRevoked
+)
+
+var kindNames = [...]string{"", "SessionOpened", "SessionRenewed", "SessionSuspended", "SessionDeadlinePassed",
+	"SessionExpired", "SessionClosed", "SessionLeaseShortened", "TermElected", "TermRevoked"}
+
+// String returns the kind's name, such as "SessionLeaseShortened".
+func (k EventKind) String() string {
+	if k > 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "EventKind(?)"
+}
+
+// Event is something that happened to a session or one of its terms. It is
+// a struct so that fields can be added later; fields that do not apply to
+// a kind are zero.
+type Event struct {
+	Kind EventKind
+	// Time is when the engine saw it, on the node's clock.
+	Time time.Time
+	// Session is the backend session it concerns.
+	Session ID
+	// State is the session's state after the event.
+	State State
+	// Remaining is the time granted by the backend (SessionOpened,
+	// SessionRenewed, SessionLeaseShortened).
+	Remaining time.Duration
+	// RenewEvery is the renewal period in force after the event.
+	RenewEvery time.Duration
+	// Name and Token identify the term (TermElected, TermRevoked).
+	Name  string
+	Token uint64
+	// Reason is why the term ended (TermRevoked).
+	Reason term.RevokeReason
+	// Err is the failure behind SessionSuspended.
+	Err error
+}
+
+// A Listener receives events. It is called with no lock held but in the
+// order events happen, on the goroutine that caused them: it must return
+// quickly and must not wait for the session.
+type Listener func(Event)
+
+// LogEvents returns a Listener that logs events through l: warnings for
+// suspension, deadline passed, expiry and shortened leases, info for terms
+// and session changes, debug for renewals.
+func LogEvents(l *slog.Logger) Listener {
+	return func(e Event) {
+		level := slog.LevelInfo
+		switch e.Kind {
+		case SessionRenewed:
+			level = slog.LevelDebug
+		case SessionSuspended, SessionDeadlinePassed, SessionExpired, SessionLeaseShortened:
+			level = slog.LevelWarn
+		}
+		if !l.Enabled(context.Background(), level) {
+			return
+		}
+		attrs := []slog.Attr{slog.String("session", string(e.Session)), slog.String("state", e.State.String())}
+		switch e.Kind {
+		case TermElected, TermRevoked:
+			attrs = append(attrs, slog.String("name", e.Name), slog.Uint64("token", e.Token))
+			if e.Reason != 0 {
+				attrs = append(attrs, slog.String("reason", e.Reason.String()))
+			}
+		case SessionLeaseShortened:
+			attrs = append(attrs, slog.Duration("granted", e.Remaining), slog.Duration("renew_every", e.RenewEvery))
+		case SessionOpened, SessionRenewed:
+			attrs = append(attrs, slog.Duration("remaining", e.Remaining), slog.Duration("renew_every", e.RenewEvery))
+		}
+		if e.Err != nil {
+			attrs = append(attrs, slog.Any("err", e.Err))
+		}
+		msg := "simba: " + e.Kind.String()
+		if e.Kind == SessionLeaseShortened {
+			msg = "simba: backend grants a shorter lease than two renewal periods; renewing more often"
+		}
+		l.LogAttrs(context.Background(), level, msg, attrs...)
+	}
+}

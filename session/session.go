@@ -1,0 +1,412 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/term"
+)
+
+// Errors of the session API.
+var (
+	// ErrWouldBlockSelf: a blocking call was made from a callback or a
+	// leader task of the object it would wait for. The call started what it
+	// was asked to do and returned at once instead of deadlocking.
+	ErrWouldBlockSelf = errors.New("simba: would wait for itself (called from a callback or leader task)")
+	// ErrAlreadyStarted: the name is already claimed on this session.
+	ErrAlreadyStarted = errors.New("simba: name already started on this session")
+)
+
+// Session is a node's one session on a backend: its liveness, renewed by one
+// backend call every renewal period whatever the number of leases it holds.
+// Every lease the node holds lives and ends with it. When the backend
+// session expires or its local deadline passes, the Session opens a new
+// backend session (a new ID) and its elections compete from scratch: a
+// session never comes back to life.
+//
+// A Session is safe for concurrent use. Close it to release every lease.
+type Session struct {
+	cfg       deadline.Config
+	b         Backend
+	env       Env
+	listeners []Listener
+	root      context.Context
+	cancel    context.CancelFunc
+	inside    goroutines // goroutines running callbacks and tasks
+	wg        sync.WaitGroup
+	ready     chan struct{} // closed when the first backend session is open
+	closed    chan struct{}
+
+	mu         sync.Mutex
+	state      State
+	inc        *incarnation
+	renewEvery time.Duration
+	seq        uint64
+	claims     map[string]*Claim
+	order      []*Claim // claims in registration order, for deterministic batches
+	openFails  int
+	acquiring  bool
+	releasing  bool
+	releaseQ   []pendingRelease
+	candidate  timer
+	effects    []func()
+	draining   bool
+	unsub      func()
+}
+
+// incarnation is one backend session.
+type incarnation struct {
+	id        ID
+	life      *lifeline
+	version   uint64            // owned-set version last seen in full; 0 asks for the list
+	owned     map[string]uint64 // owned set as of version
+	released  map[string]uint64 // highest token released per name
+	shortened bool              // SessionLeaseShortened published
+	over      bool
+	renewing  bool
+	renew     timer
+	deadline  timer
+}
+
+type pendingRelease struct {
+	inc   *incarnation
+	lease Lease
+	done  func()
+}
+
+// timer is an engine timer; its stop function is nil when not armed.
+type timer struct {
+	stop func() bool
+	gen  uint64
+}
+
+// New validates the options and starts a session on b in the background:
+// it is Opening until the backend grants the first session. Use [Open] to
+// wait for that.
+func New(b Backend, opts ...Option) (*Session, error) {
+	if b == nil {
+		return nil, errors.New("simba: nil Backend")
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if o.env == nil {
+		o.env = SystemEnv()
+	}
+	if !o.noLog {
+		l := o.logger
+		if l == nil {
+			l = slog.Default()
+		}
+		o.listeners = append([]Listener{LogEvents(l)}, o.listeners...)
+	}
+	root, cancel := context.WithCancel(context.Background())
+	s := &Session{
+		cfg:       o.cfg.WithDefaults(),
+		b:         b,
+		env:       o.env,
+		listeners: o.listeners,
+		root:      root,
+		cancel:    cancel,
+		ready:     make(chan struct{}),
+		closed:    make(chan struct{}),
+		state:     Opening,
+		claims:    make(map[string]*Claim),
+	}
+	s.renewEvery = s.cfg.RenewInterval
+	if bc, ok := b.(Broadcaster); ok {
+		unsub, err := bc.Subscribe(s.notice)
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("simba: subscribe to release notices: %w", err)
+		}
+		s.unsub = unsub
+	}
+	s.mu.Lock()
+	s.open()
+	s.mu.Unlock()
+	s.drain()
+	return s, nil
+}
+
+// Open starts a session on b and waits until the backend has granted it,
+// or ctx ends (then the session is closed and ctx's error returned).
+func Open(ctx context.Context, b Backend, opts ...Option) (*Session, error) {
+	s, err := New(b, opts...)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-s.ready:
+		return s, nil
+	case <-ctx.Done():
+		_ = s.Close()
+		return nil, fmt.Errorf("simba: open session: %w", context.Cause(ctx))
+	}
+}
+
+// Ready returns a channel closed once the first backend session is open.
+func (s *Session) Ready() <-chan struct{} { return s.ready }
+
+// Config is the session timing in force, with defaults applied.
+func (s *Session) Config() deadline.Config { return s.cfg }
+
+// Env is the environment the engine runs on.
+func (s *Session) Env() Env { return s.env }
+
+// ID is the current backend session's id, or "" while Opening or Closed.
+func (s *Session) ID() ID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inc == nil {
+		return ""
+	}
+	return s.inc.id
+}
+
+// State is the session's state.
+func (s *Session) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}
+
+// Remaining is the time left until the current backend session's local
+// deadline; zero while Opening or Closed.
+func (s *Session) Remaining() time.Duration {
+	s.mu.Lock()
+	inc := s.inc
+	s.mu.Unlock()
+	if inc == nil {
+		return 0
+	}
+	return inc.life.Remaining()
+}
+
+// Close ends the session: every term ends with STOPPED, the backend session
+// is closed at once (which releases every lease), and Close waits until
+// the last callback has been delivered and every goroutine the session
+// started has returned. Called from a callback or a leader task, it does not
+// wait (that would be waiting for itself) and returns ErrWouldBlockSelf.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	if s.state == Closed {
+		s.mu.Unlock()
+		<-s.closed
+		return nil
+	}
+	s.state = Closed
+	inc := s.inc
+	s.stopTimer(&s.candidate)
+	for _, c := range s.order {
+		c.want = false
+		c.attempt = 0
+		if h := c.held; h != nil {
+			c.held = nil
+			s.revoke(c, h, term.Stopped)
+			c.h.Lost(h.t, term.Stopped)
+		}
+	}
+	if inc != nil {
+		inc.over = true
+		inc.life.end()
+		s.stopTimer(&inc.renew)
+		s.stopTimer(&inc.deadline)
+		s.emit(Event{Kind: SessionClosed, Session: inc.id})
+	} else {
+		s.emit(Event{Kind: SessionClosed})
+	}
+	s.mu.Unlock()
+	s.drain()
+
+	var err error
+	if inc != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RenewInterval)
+		if e := s.b.Close(ctx, inc.id); e != nil && !errors.Is(e, ErrExpired) && !errors.Is(e, ErrClosed) {
+			err = fmt.Errorf("simba: close session %s: %w", inc.id, e)
+		}
+		cancel()
+	}
+	s.cancel()
+	if s.unsub != nil {
+		s.unsub()
+	}
+	if s.inside.current() {
+		close(s.closed)
+		return errors.Join(err, ErrWouldBlockSelf)
+	}
+	s.wg.Wait()
+	close(s.closed)
+	return err
+}
+
+// Done returns a channel closed when Close has finished.
+func (s *Session) Done() <-chan struct{} { return s.closed }
+
+// emit publishes e to the listeners after the lock is released. Lock held.
+func (s *Session) emit(e Event) {
+	if len(s.listeners) == 0 {
+		return
+	}
+	e.Time = s.env.Now()
+	e.State = s.state
+	if e.Session == "" && s.inc != nil {
+		e.Session = s.inc.id
+	}
+	if e.RenewEvery == 0 {
+		e.RenewEvery = s.renewEvery
+	}
+	s.Defer(func() {
+		for _, l := range s.listeners {
+			l(e)
+		}
+	})
+}
+
+// Defer runs f after the engine's lock is released, after everything
+// deferred before it, on the goroutine releasing the lock. It must be called
+// with the lock held (inside [Session.Do] or a [ClaimHandler] method).
+// Modules built on the session use it to deliver callbacks in order without
+// holding the lock.
+func (s *Session) Defer(f func()) { s.effects = append(s.effects, f) }
+
+// Do runs f with the engine's lock held, then runs what f deferred. It is
+// how modules built on the session (election, lock, group) change engine
+// state; f must not block.
+func (s *Session) Do(f func()) {
+	s.mu.Lock()
+	f()
+	s.mu.Unlock()
+	s.drain()
+}
+
+// drain runs deferred effects in order. One goroutine drains at a time; an
+// effect that re-enters the engine leaves its own effects to the loop
+// already running, so order is kept and nothing recurses.
+func (s *Session) drain() {
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		return
+	}
+	s.draining = true
+	for len(s.effects) > 0 {
+		f := s.effects[0]
+		s.effects[0] = nil
+		s.effects = s.effects[1:]
+		s.mu.Unlock()
+		id := s.inside.enter()
+		f()
+		s.inside.exit(id)
+		s.mu.Lock()
+	}
+	s.effects = nil
+	s.draining = false
+	s.mu.Unlock()
+}
+
+// Go runs f on a goroutine of the session's Env, counted by Close and
+// recognised as the session's own (so that blocking calls made from f do
+// not wait for f). Modules built on the session run leader tasks with it.
+func (s *Session) Go(f func()) {
+	s.wg.Add(1)
+	s.env.Go(func() {
+		defer s.wg.Done()
+		s.Inside(f)
+	})
+}
+
+// Inside runs f marked as the session's own code: blocking calls made from
+// f do not wait for work that f itself may be delaying. Callback executors
+// of modules built on the session wrap callbacks with it.
+func (s *Session) Inside(f func()) {
+	id := s.inside.enter()
+	defer s.inside.exit(id)
+	f()
+}
+
+// InCallback reports whether the calling goroutine is running one of the
+// session's callbacks or tasks, or ctx was handed out by the session (a
+// term's context). Blocking calls use it to avoid waiting for themselves.
+func (s *Session) InCallback(ctx context.Context) bool {
+	if ctx != nil && ctx.Value(markerKey{}) == s {
+		return true
+	}
+	return s.inside.current()
+}
+
+type markerKey struct{}
+
+// after arms t to run f with the lock held after d. Lock held.
+func (s *Session) after(t *timer, d time.Duration, f func()) {
+	s.stopTimer(t)
+	t.gen++
+	gen := t.gen
+	s.wg.Add(1)
+	var once sync.Once
+	done := func() { once.Do(s.wg.Done) }
+	stop := s.env.AfterFunc(d, func() {
+		defer done()
+		s.mu.Lock()
+		if t.gen != gen || t.stop == nil || s.state == Closed {
+			s.mu.Unlock()
+			return
+		}
+		t.stop = nil
+		f()
+		s.mu.Unlock()
+		s.drain()
+	})
+	t.stop = func() bool {
+		if stop() {
+			done()
+			return true
+		}
+		return false
+	}
+}
+
+func (s *Session) stopTimer(t *timer) {
+	if t.stop != nil {
+		t.stop()
+		t.stop = nil
+	}
+	t.gen++
+}
+
+// call runs a backend call with a timeout of one renewal period in force.
+// reply runs with the lock held, at most once: with timedOut true if the
+// timeout came first (the call's context is then cancelled and its late
+// result ignored). Lock held.
+func (s *Session) call(op func(ctx context.Context), reply func(timedOut bool)) {
+	ctx, cancel := context.WithCancel(s.root)
+	var t timer
+	finished := false
+	finish := func(timedOut bool) {
+		if finished {
+			return
+		}
+		finished = true
+		s.stopTimer(&t)
+		cancel()
+		reply(timedOut)
+	}
+	s.after(&t, s.renewEvery, func() { finish(true) })
+	s.wg.Add(1)
+	s.env.Call(func() { op(ctx) }, func() {
+		defer s.wg.Done()
+		s.mu.Lock()
+		finish(false)
+		s.mu.Unlock()
+		s.drain()
+	})
+}

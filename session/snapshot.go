@@ -1,0 +1,59 @@
+package session
+
+import "time"
+
+// Duration is a time.Duration that encodes as text ("1.5s") in JSON.
+type Duration time.Duration
+
+// MarshalText encodes the duration like time.Duration.String.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText decodes a duration written by MarshalText.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	*d = Duration(v)
+	return err
+}
+
+// Snapshot is the state of a session at one moment, serialisable as JSON.
+type Snapshot struct {
+	ID         ID       `json:"id"`
+	State      State    `json:"state"`
+	Remaining  Duration `json:"remaining"`   // until the local deadline
+	RenewEvery Duration `json:"renew_every"` // the renewal period in force
+	Entries    []Entry  `json:"entries"`
+}
+
+// Entry is one lease, election, lock or group registered on the session.
+type Entry struct {
+	Name      string   `json:"name"`
+	Kind      string   `json:"kind"`             // "election", "lock", ... or "claim"
+	Status    string   `json:"status,omitempty"` // e.g. an election's LEADER
+	Token     uint64   `json:"token,omitempty"`  // the current term's, if one is held
+	Valid     bool     `json:"valid"`            // a valid term is held
+	Remaining Duration `json:"remaining,omitempty"`
+}
+
+// Snapshot returns the session's state and one entry per registered claim.
+func (s *Session) Snapshot() Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap := Snapshot{State: s.state, RenewEvery: Duration(s.renewEvery), Entries: make([]Entry, 0, len(s.order))}
+	if s.inc != nil {
+		snap.ID = s.inc.id
+		snap.Remaining = Duration(s.inc.life.Remaining())
+	}
+	for _, c := range s.order {
+		e := Entry{Name: c.name, Kind: "claim"}
+		if d, ok := c.h.(Describer); ok {
+			e.Kind, e.Status = d.Describe()
+		}
+		if h := c.held; h != nil {
+			e.Token = h.token
+			e.Remaining = Duration(h.t.Remaining())
+			e.Valid = e.Remaining > 0
+		}
+		snap.Entries = append(snap.Entries, e)
+	}
+	return snap
+}
