@@ -1,0 +1,206 @@
+package zkbackend_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	zkbackend "github.com/simba-go/simba/backend-zk"
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/session"
+)
+
+func TestOpenUsesNegotiatedTimeout(t *testing.T) {
+	srv := standalone(t)
+	b := newBackend(t, srv, newRoot(t))
+	// The shared standalone server runs with tickTime 200ms:
+	// minSessionTimeout 400ms, maxSessionTimeout 20s.
+	for _, tc := range []struct {
+		name      string
+		requested time.Duration
+		want      time.Duration
+	}{
+		{"within bounds", 3 * time.Second, 3 * time.Second},
+		{"clamped to max", time.Minute, 20 * time.Second},
+		{"clamped to min", 100 * time.Millisecond, 400 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := open(t, b, tc.requested)
+			got, ok := b.SessionTimeout(r.ID)
+			if !ok || got != tc.want {
+				t.Fatalf("SessionTimeout = %v, %v; want %v (requested %v)", got, ok, tc.want, tc.requested)
+			}
+			if want := tc.want * 5 / 12; r.Remaining != want {
+				t.Fatalf("Open Remaining = %v, want 5/12 × %v = %v", r.Remaining, tc.want, want)
+			}
+			if rr := renew(t, b, r.ID); rr.Remaining != tc.want*5/12 {
+				t.Fatalf("Renew Remaining = %v, want %v", rr.Remaining, tc.want*5/12)
+			}
+		})
+	}
+}
+
+func TestAcquireRenewRelease(t *testing.T) {
+	srv := standalone(t)
+	root := newRoot(t)
+	a, b := newBackend(t, srv, root), newBackend(t, srv, root)
+	sa, sb := open(t, a, 4*time.Second), open(t, b, 4*time.Second)
+	if sa.ID == sb.ID {
+		t.Fatalf("two sessions share id %s", sa.ID)
+	}
+
+	r0 := renew(t, a, sa.ID)
+	if !r0.Full || len(r0.Leases) != 0 || r0.Version == 0 {
+		t.Fatalf("fresh session renew = %+v, want full, empty, version != 0", r0)
+	}
+
+	res := acquire(t, a, sa.ID, "x", "y", "bad/name")
+	if res[0].Token == 0 || res[1].Token == 0 {
+		t.Fatalf("Acquire x, y = %+v, want tokens", res)
+	}
+	if !errors.Is(res[2].Err, deadline.ErrInvalidName) || res[2].Token != 0 {
+		t.Fatalf("Acquire bad/name = %+v, want ErrInvalidName", res[2])
+	}
+	tx := res[0].Token
+	if again := acquire(t, a, sa.ID, "x"); again[0].Token != tx {
+		t.Fatalf("re-Acquire x = %d, want the owned token %d", again[0].Token, tx)
+	}
+	if other := acquire(t, b, sb.ID, "x"); other[0].Token != 0 || other[0].Err != nil {
+		t.Fatalf("Acquire x by another session = %+v, want token 0", other[0])
+	}
+
+	r1 := renew(t, a, sa.ID)
+	want := []session.Lease{{Name: "x", Token: tx}, {Name: "y", Token: res[1].Token}}
+	if !r1.Full || r1.Version == r0.Version || !equalLeases(r1.Leases, want) {
+		t.Fatalf("renew after acquire = %+v, want full %v with a new version", r1, want)
+	}
+	r2, err := a.Renew(ctxT(t, 5*time.Second), session.RenewRequest{ID: sa.ID, KnownVersion: r1.Version})
+	if err != nil || r2.Full || r2.Version != r1.Version {
+		t.Fatalf("renew with known version = %+v, %v; want not full, same version", r2, err)
+	}
+
+	// A stale release (wrong token) is a no-op.
+	if err := a.Release(ctxT(t, 5*time.Second), session.ReleaseRequest{ID: sa.ID, Leases: []session.Lease{{Name: "x", Token: tx - 1}}}); err != nil {
+		t.Fatalf("stale Release: %v", err)
+	}
+	// Another session's release of a's lease is a no-op too.
+	if err := b.Release(ctxT(t, 5*time.Second), session.ReleaseRequest{ID: sb.ID, Leases: []session.Lease{{Name: "x", Token: tx}}}); err != nil {
+		t.Fatalf("foreign Release: %v", err)
+	}
+	if other := acquire(t, b, sb.ID, "x"); other[0].Token != 0 {
+		t.Fatalf("x taken by b after no-op releases: %+v", other[0])
+	}
+
+	if err := a.Release(ctxT(t, 5*time.Second), session.ReleaseRequest{ID: sa.ID, Leases: []session.Lease{{Name: "x", Token: tx}}}); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	r3 := renew(t, a, sa.ID)
+	if !equalLeases(r3.Leases, want[1:]) || r3.Version == r1.Version {
+		t.Fatalf("renew after release = %+v, want %v", r3, want[1:])
+	}
+	got := acquire(t, b, sb.ID, "x")
+	if got[0].Token <= tx {
+		t.Fatalf("token after release = %d, want > %d", got[0].Token, tx)
+	}
+}
+
+func TestCloseEndsSessionAndFreesLeases(t *testing.T) {
+	srv := standalone(t)
+	root := newRoot(t)
+	a, b := newBackend(t, srv, root), newBackend(t, srv, root)
+	sa, sb := open(t, a, 4*time.Second), open(t, b, 4*time.Second)
+	tok := acquire(t, a, sa.ID, "x")[0].Token
+	if got := acquire(t, b, sb.ID, "x")[0].Token; got != 0 {
+		t.Fatalf("b acquired a held lease: %d", got)
+	}
+	freed := notices(t, b, "x")
+	if err := a.Close(ctxT(t, 5*time.Second), sa.ID); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case <-freed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notice for x within 5s of closing its holder")
+	}
+	if got := acquire(t, b, sb.ID, "x")[0].Token; got <= tok {
+		t.Fatalf("token after close = %d, want > %d", got, tok)
+	}
+	if _, err := a.Renew(ctxT(t, 5*time.Second), session.RenewRequest{ID: sa.ID}); !errors.Is(err, session.ErrExpired) {
+		t.Fatalf("Renew after Close = %v, want ErrExpired", err)
+	}
+	if err := a.Close(ctxT(t, 5*time.Second), sa.ID); err != nil {
+		t.Fatalf("second Close = %v, want nil", err)
+	}
+}
+
+func TestReleaseBroadcastsThroughWatch(t *testing.T) {
+	srv := standalone(t)
+	root := newRoot(t)
+	a, b := newBackend(t, srv, root), newBackend(t, srv, root)
+	sa, sb := open(t, a, 4*time.Second), open(t, b, 4*time.Second)
+	tok := acquire(t, a, sa.ID, "x")[0].Token
+	freed := notices(t, b, "x")
+	if got := acquire(t, b, sb.ID, "x")[0].Token; got != 0 {
+		t.Fatalf("b acquired a held lease: %d", got)
+	}
+	if err := a.Release(ctxT(t, 5*time.Second), session.ReleaseRequest{ID: sa.ID, Leases: []session.Lease{{Name: "x", Token: tok}}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-freed:
+		if n.Name != "x" {
+			t.Fatalf("notice = %+v", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notice for x within 5s of its release")
+	}
+	if got := acquire(t, b, sb.ID, "x")[0].Token; got <= tok {
+		t.Fatalf("token = %d, want > %d", got, tok)
+	}
+}
+
+func TestUnknownSessionIsExpired(t *testing.T) {
+	b := newBackend(t, standalone(t), newRoot(t))
+	_, err := b.Renew(ctxT(t, 5*time.Second), session.RenewRequest{ID: "0x0000000000000001"})
+	if !errors.Is(err, session.ErrExpired) {
+		t.Fatalf("Renew(unknown) = %v, want ErrExpired", err)
+	}
+	_, err = b.Acquire(ctxT(t, 5*time.Second), session.AcquireRequest{ID: "nope", Names: []string{"x"}})
+	if !errors.Is(err, session.ErrExpired) {
+		t.Fatalf("Acquire(unknown) = %v, want ErrExpired", err)
+	}
+}
+
+func TestNewRejectsBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		servers []string
+		root    string
+		opts    []zkbackend.Option
+		want    error
+	}{
+		{"no servers", nil, "/a", nil, zkbackend.ErrInvalidOption},
+		{"relative root", []string{"x:1"}, "a", nil, zkbackend.ErrInvalidRoot},
+		{"zookeeper subtree", []string{"x:1"}, "/zookeeper/a", nil, zkbackend.ErrInvalidRoot},
+		{"bad user", []string{"x:1"}, "/a", []zkbackend.Option{zkbackend.WithDigestAuth("a:b", "p")}, zkbackend.ErrInvalidOption},
+		{"empty acl", []string{"x:1"}, "/a", []zkbackend.Option{zkbackend.WithACL()}, zkbackend.ErrInvalidOption},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := zkbackend.New(tc.servers, tc.root, tc.opts...); !errors.Is(err, tc.want) {
+				t.Fatalf("New = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func equalLeases(a, b []session.Lease) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

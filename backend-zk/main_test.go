@@ -1,0 +1,158 @@
+package zkbackend_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	zkbackend "github.com/simba-go/simba/backend-zk"
+	"github.com/simba-go/simba/session"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// servers reads a server list from the environment variable name (set by
+// `make services`), failing the test loudly when it is missing.
+func servers(t testing.TB, name string) []string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		t.Fatalf("%s is not set: run `make services` and `. .services/env` (ZooKeeper tests need a real server)", name)
+	}
+	return strings.Split(v, ",")
+}
+
+func standalone(t testing.TB) []string { return servers(t, "SIMBA_ZK_SERVERS") }
+func ensemble(t testing.TB) []string   { return servers(t, "SIMBA_ZK_ENSEMBLE") }
+
+// newRoot is a namespace of its own for one test.
+func newRoot(t testing.TB) string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return "/simba-test/" + strings.ReplaceAll(t.Name(), "/", ".") + "-" + hex.EncodeToString(b[:])
+}
+
+func newBackend(t testing.TB, srv []string, root string, opts ...zkbackend.Option) *zkbackend.Backend {
+	t.Helper()
+	b, err := zkbackend.New(srv, root, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := b.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return b
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func open(t testing.TB, b *zkbackend.Backend, lease time.Duration) session.OpenReply {
+	t.Helper()
+	r, err := b.Open(ctxT(t, 10*time.Second), session.OpenRequest{LeaseDuration: lease})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return r
+}
+
+func acquire(t testing.TB, b *zkbackend.Backend, id session.ID, names ...string) []session.AcquireResult {
+	t.Helper()
+	r, err := b.Acquire(ctxT(t, 10*time.Second), session.AcquireRequest{ID: id, Names: names})
+	if err != nil {
+		t.Fatalf("Acquire(%v): %v", names, err)
+	}
+	if len(r.Results) != len(names) {
+		t.Fatalf("Acquire(%v): %d results", names, len(r.Results))
+	}
+	return r.Results
+}
+
+func renew(t testing.TB, b *zkbackend.Backend, id session.ID) session.RenewReply {
+	t.Helper()
+	r, err := b.Renew(ctxT(t, 10*time.Second), session.RenewRequest{ID: id})
+	if err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	return r
+}
+
+// notices subscribes to b and returns a channel of the notices for name
+// (and empty ones are dropped).
+func notices(t testing.TB, b *zkbackend.Backend, name string) <-chan session.Notice {
+	t.Helper()
+	ch := make(chan session.Notice, 64)
+	stop, err := b.Subscribe(func(n session.Notice) {
+		if n.Name == name {
+			select {
+			case ch <- n:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	t.Cleanup(stop)
+	return ch
+}
+
+// cutter is a dialer whose connections a test can cut (and keep cut), so
+// that the server sees the client vanish, as after a crash or a partition.
+type cutter struct {
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
+}
+
+func (c *cutter) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cut {
+		return nil, errors.New("test: network cut")
+	}
+	conn, err := net.DialTimeout(network, addr, timeout)
+	if err == nil {
+		c.conns = append(c.conns, conn)
+	}
+	return conn, err
+}
+
+// Cut closes every connection and refuses new ones until Heal.
+func (c *cutter) Cut() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = true
+	for _, conn := range c.conns {
+		conn.Close()
+	}
+	c.conns = nil
+}
+
+func (c *cutter) Heal() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = false
+}
+
+var _ zk.Dialer = (&cutter{}).dial
