@@ -1,0 +1,224 @@
+// Package core is the part of the SQL backends that does not depend on the
+// SQL dialect: session ids, validation of names and ids, the shape of every
+// call, and the expansion of the validated table prefix into SQL text.
+// Each dialect supplies a [Store] whose methods are one statement each.
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	sqlbackend "github.com/simba-go/simba/backend-sql"
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/session"
+)
+
+// Expand replaces every "{p}" in text with prefix after validating it. It is
+// the only place where text that did not come from this module reaches SQL.
+func Expand(text, prefix string) (string, error) {
+	if err := sqlbackend.ValidatePrefix(prefix); err != nil {
+		return "", err
+	}
+	return strings.ReplaceAll(text, "{p}", prefix), nil
+}
+
+// NewID returns a new session id: 128 random bits from crypto/rand, in
+// lower-case hex.
+func NewID() (session.ID, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("session id: %w", err)
+	}
+	return session.ID(hex.EncodeToString(b[:])), nil
+}
+
+// wellFormed reports whether id could have come from [NewID]. Others are
+// unknown to the backend, which the SPI treats as expired.
+func wellFormed(id session.ID) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// RenewResult is what a [Store] answers to a renewal of a live session.
+type RenewResult struct {
+	RemainingUS int64
+	Version     uint64
+	// Leases is the owned set, listed only when Version differs from the
+	// version asked about.
+	Leases []session.Lease
+}
+
+// Store is one SQL dialect. Each method is one call to a stored routine,
+// that is one statement and one round trip; ok is false when the session
+// has expired or is unknown.
+type Store interface {
+	Open(ctx context.Context, id string, leaseUS int64) (remainingUS int64, err error)
+	Renew(ctx context.Context, id string, known uint64) (r RenewResult, ok bool, err error)
+	// Acquire gets names sorted and without duplicates (so that concurrent
+	// calls lock lease rows in one order) and answers one token per name,
+	// 0 where not acquired.
+	Acquire(ctx context.Context, id string, names []string) (tokens []uint64, ok bool, err error)
+	// Release gets leases sorted by name.
+	Release(ctx context.Context, id string, leases []session.Lease) error
+	Close(ctx context.Context, id string) error
+}
+
+// Backend implements [session.Backend] over a [Store].
+type Backend struct {
+	Store Store
+	// Label starts every error message, e.g. "pgsimba".
+	Label string
+}
+
+func (b *Backend) wrap(op string, err error) error {
+	return fmt.Errorf("%s: %s: %w", b.Label, op, err)
+}
+
+func (b *Backend) expired(op string, id session.ID) error {
+	return fmt.Errorf("%s: %s: session %s: %w", b.Label, op, id, session.ErrExpired)
+}
+
+// Open implements [session.Backend].
+func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+	if req.LeaseDuration < time.Millisecond {
+		return session.OpenReply{}, b.wrap("open", fmt.Errorf("lease duration %v is shorter than 1ms", req.LeaseDuration))
+	}
+	id, err := NewID()
+	if err != nil {
+		return session.OpenReply{}, b.wrap("open", err)
+	}
+	rem, err := b.Store.Open(ctx, string(id), req.LeaseDuration.Microseconds())
+	if err != nil {
+		return session.OpenReply{}, b.wrap("open", err)
+	}
+	return session.OpenReply{ID: id, Remaining: time.Duration(rem) * time.Microsecond}, nil
+}
+
+// Renew implements [session.Backend].
+func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+	if !wellFormed(req.ID) {
+		return session.RenewReply{}, b.expired("renew", req.ID)
+	}
+	r, ok, err := b.Store.Renew(ctx, string(req.ID), req.KnownVersion)
+	if err != nil {
+		return session.RenewReply{}, b.wrap("renew", err)
+	}
+	if !ok {
+		return session.RenewReply{}, b.expired("renew", req.ID)
+	}
+	rep := session.RenewReply{
+		Remaining: time.Duration(r.RemainingUS) * time.Microsecond,
+		Version:   r.Version,
+		Full:      r.Version != req.KnownVersion,
+	}
+	if rep.Full {
+		rep.Leases = r.Leases
+		if rep.Leases == nil {
+			rep.Leases = []session.Lease{}
+		}
+	}
+	return rep, nil
+}
+
+// Acquire implements [session.Backend].
+func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+	if !wellFormed(req.ID) {
+		return session.AcquireReply{}, b.expired("acquire", req.ID)
+	}
+	rep := session.AcquireReply{Results: make([]session.AcquireResult, len(req.Names))}
+	var names []string
+	for i, n := range req.Names {
+		rep.Results[i].Name = n
+		if err := deadline.ValidateName(n); err != nil {
+			rep.Results[i].Err = err
+			continue
+		}
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	if len(names) == 0 {
+		return rep, nil
+	}
+	tokens, ok, err := b.Store.Acquire(ctx, string(req.ID), names)
+	if err != nil {
+		return session.AcquireReply{}, b.wrap("acquire", err)
+	}
+	if !ok {
+		return session.AcquireReply{}, b.expired("acquire", req.ID)
+	}
+	if len(tokens) != len(names) {
+		return session.AcquireReply{}, b.wrap("acquire", fmt.Errorf("%d tokens for %d names", len(tokens), len(names)))
+	}
+	for i := range rep.Results {
+		if rep.Results[i].Err != nil {
+			continue
+		}
+		j, _ := slices.BinarySearch(names, rep.Results[i].Name)
+		rep.Results[i].Token = tokens[j]
+	}
+	return rep, nil
+}
+
+// Release implements [session.Backend].
+func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error {
+	if len(req.Leases) == 0 || !wellFormed(req.ID) {
+		return nil // nothing this backend could own
+	}
+	leases := slices.Clone(req.Leases)
+	for _, l := range leases {
+		if err := deadline.ValidateName(l.Name); err != nil {
+			return b.wrap("release", err)
+		}
+	}
+	slices.SortFunc(leases, func(x, y session.Lease) int {
+		if c := strings.Compare(x.Name, y.Name); c != 0 {
+			return c
+		}
+		return compareUint(x.Token, y.Token)
+	})
+	leases = slices.Compact(leases)
+	if err := b.Store.Release(ctx, string(req.ID), leases); err != nil {
+		return b.wrap("release", err)
+	}
+	return nil
+}
+
+// Close implements [session.Backend].
+func (b *Backend) Close(ctx context.Context, id session.ID) error {
+	if !wellFormed(id) {
+		return nil // unknown: closing it is not an error
+	}
+	if err := b.Store.Close(ctx, string(id)); err != nil {
+		return b.wrap("close", err)
+	}
+	return nil
+}
+
+func compareUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// ErrBadReply is wrapped when a stored routine answers something this code
+// does not expect, for example after someone changed the schema by hand.
+var ErrBadReply = errors.New("unexpected reply from the database")

@@ -1,0 +1,278 @@
+package pgsimba
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	sqlbackend "github.com/simba-go/simba/backend-sql"
+	"github.com/simba-go/simba/backend-sql/internal/core"
+	"github.com/simba-go/simba/session"
+)
+
+// Option configures [New] and [Connect].
+type Option func(*config)
+
+type config struct {
+	prefix       string
+	createSchema bool
+}
+
+// WithPrefix sets the table prefix, which names the namespace (default
+// [sqlbackend.DefaultPrefix]). It must pass [sqlbackend.ValidatePrefix];
+// New returns the error otherwise.
+func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
+
+// WithoutSchemaCreation makes [New] assume the tables and routines exist
+// (created from [Schema] by a migration tool) instead of creating them.
+func WithoutSchemaCreation() Option { return func(c *config) { c.createSchema = false } }
+
+// Backend is a [session.Backend] and [session.Broadcaster] on PostgreSQL.
+// It is safe for concurrent use and may serve many sessions.
+type Backend struct {
+	core    core.Backend
+	pool    *pgxpool.Pool
+	ownPool bool
+	prefix  string
+	q       queries
+
+	mu   sync.Mutex
+	subs map[int]func(session.Notice)
+	next int
+	stop func() // stops the listener; nil when no subscriber
+}
+
+var (
+	_ session.Backend     = (*Backend)(nil)
+	_ session.Broadcaster = (*Backend)(nil)
+)
+
+// New returns a backend on the user's pool. Unless [WithoutSchemaCreation]
+// is given it creates the namespace's tables and routines if they are
+// missing, which is safe when many processes start at once. The pool stays
+// the caller's: [Backend.Shutdown] does not close it.
+func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Backend, error) {
+	if pool == nil {
+		return nil, errors.New("pgsimba: nil pool")
+	}
+	c := config{prefix: sqlbackend.DefaultPrefix, createSchema: true}
+	for _, o := range opts {
+		o(&c)
+	}
+	q, err := newQueries(c.prefix)
+	if err != nil {
+		return nil, fmt.Errorf("pgsimba: %w", err)
+	}
+	b := &Backend{pool: pool, prefix: c.prefix, q: q, subs: map[int]func(session.Notice){}}
+	b.core = core.Backend{Store: store{b}, Label: "pgsimba"}
+	if c.createSchema {
+		if err := b.createSchema(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// Connect opens a pool from a pgx connection string and returns a backend
+// on it, as [New]. [Backend.Shutdown] closes that pool.
+func Connect(ctx context.Context, connString string, opts ...Option) (*Backend, error) {
+	pool, err := pgxpool.New(ctx, connString)
+	if err != nil {
+		return nil, fmt.Errorf("pgsimba: connect: %w", err)
+	}
+	b, err := New(ctx, pool, opts...)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	b.ownPool = true
+	return b, nil
+}
+
+// Schema returns the SQL that creates the tables and routines of the
+// namespace named by prefix, for users who run migrations themselves
+// (see [WithoutSchemaCreation]).
+func Schema(prefix string) (string, error) { return core.Expand(schema, prefix) }
+
+// Channel returns the LISTEN/NOTIFY channel on which releases in the
+// namespace named by prefix are announced; the payload is the lease name.
+func Channel(prefix string) (string, error) { return core.Expand("{p}_released", prefix) }
+
+func (b *Backend) createSchema(ctx context.Context) error {
+	ddl, err := Schema(b.prefix)
+	if err != nil {
+		return fmt.Errorf("pgsimba: %w", err)
+	}
+	h := fnv.New64a()
+	h.Write([]byte("simba-schema:" + b.prefix))
+	key := int64(h.Sum64())
+	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
+			return err
+		}
+		// No arguments: pgx sends it with the simple protocol, which
+		// accepts several statements.
+		_, err := tx.Exec(ctx, ddl)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgsimba: create schema %q: %w", b.prefix, err)
+	}
+	return nil
+}
+
+// Shutdown stops the LISTEN connection, if any, and closes the pool if
+// [Connect] opened it. Sessions are not closed: close them first (the
+// engine does on its Close).
+func (b *Backend) Shutdown() {
+	b.mu.Lock()
+	stop := b.stop
+	b.stop = nil
+	b.subs = nil // Subscribe refuses from now on
+	b.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if b.ownPool {
+		b.pool.Close()
+	}
+}
+
+// Open implements [session.Backend]: a new session with a random 128-bit
+// id, expiring the requested lease duration after now by the database
+// clock.
+func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+	return b.core.Open(ctx, req)
+}
+
+// Renew implements [session.Backend] in one statement, whatever the number
+// of leases; the owned leases are listed only when their version changed.
+func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+	return b.core.Renew(ctx, req)
+}
+
+// Acquire implements [session.Backend] in one statement for the whole
+// batch.
+func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+	return b.core.Acquire(ctx, req)
+}
+
+// Release implements [session.Backend] in one statement, which also
+// announces each freed name on [Channel] in the same transaction.
+func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error {
+	return b.core.Release(ctx, req)
+}
+
+// Close implements [session.Backend]: it deletes the session and frees
+// (and announces) every lease it owned.
+func (b *Backend) Close(ctx context.Context, id session.ID) error {
+	return b.core.Close(ctx, id)
+}
+
+type queries struct {
+	open, renew, acquire, release, close, channel string
+}
+
+func newQueries(prefix string) (queries, error) {
+	var q queries
+	var err error
+	for _, s := range []struct {
+		dst  *string
+		text string
+	}{
+		{&q.open, "SELECT {p}_open_v1($1, $2)"},
+		{&q.renew, "SELECT r_remaining_us, r_version, r_name, r_token FROM {p}_renew_v1($1, $2)"},
+		{&q.acquire, "SELECT r_name, r_token FROM {p}_acquire_v1($1, $2)"},
+		{&q.release, "SELECT {p}_release_v1($1, $2, $3)"},
+		{&q.close, "SELECT {p}_close_v1($1)"},
+		{&q.channel, `LISTEN "{p}_released"`},
+	} {
+		if *s.dst, err = core.Expand(s.text, prefix); err != nil {
+			return queries{}, err
+		}
+	}
+	return q, nil
+}
+
+// store is the PostgreSQL [core.Store]: one routine call per method.
+type store struct{ b *Backend }
+
+func (s store) Open(ctx context.Context, id string, leaseUS int64) (int64, error) {
+	var rem int64
+	err := s.b.pool.QueryRow(ctx, s.b.q.open, id, leaseUS).Scan(&rem)
+	return rem, err
+}
+
+func (s store) Renew(ctx context.Context, id string, known uint64) (core.RenewResult, bool, error) {
+	rows, err := s.b.pool.Query(ctx, s.b.q.renew, id, int64(known))
+	if err != nil {
+		return core.RenewResult{}, false, err
+	}
+	defer rows.Close()
+	var r core.RenewResult
+	header := false
+	for rows.Next() {
+		var rem, ver, token *int64
+		var name *string
+		if err := rows.Scan(&rem, &ver, &name, &token); err != nil {
+			return core.RenewResult{}, false, err
+		}
+		switch {
+		case name == nil && rem != nil && ver != nil:
+			header = true
+			r.RemainingUS, r.Version = *rem, uint64(*ver)
+		case name != nil && token != nil:
+			r.Leases = append(r.Leases, session.Lease{Name: *name, Token: uint64(*token)})
+		default:
+			return core.RenewResult{}, false, core.ErrBadReply
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return core.RenewResult{}, false, err
+	}
+	return r, header, nil
+}
+
+func (s store) Acquire(ctx context.Context, id string, names []string) ([]uint64, bool, error) {
+	rows, err := s.b.pool.Query(ctx, s.b.q.acquire, id, names)
+	if err != nil {
+		return nil, false, err
+	}
+	defer rows.Close()
+	tokens := make([]uint64, 0, len(names))
+	for rows.Next() {
+		var name string
+		var token int64
+		if err := rows.Scan(&name, &token); err != nil {
+			return nil, false, err
+		}
+		if len(tokens) >= len(names) || names[len(tokens)] != name {
+			return nil, false, fmt.Errorf("%w: token for %q out of order", core.ErrBadReply, name)
+		}
+		tokens = append(tokens, uint64(token))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, err
+	}
+	return tokens, len(tokens) > 0, nil
+}
+
+func (s store) Release(ctx context.Context, id string, leases []session.Lease) error {
+	names := make([]string, len(leases))
+	tokens := make([]int64, len(leases))
+	for i, l := range leases {
+		names[i], tokens[i] = l.Name, int64(l.Token)
+	}
+	var n int32
+	return s.b.pool.QueryRow(ctx, s.b.q.release, id, names, tokens).Scan(&n)
+}
+
+func (s store) Close(ctx context.Context, id string) error {
+	var n int32
+	return s.b.pool.QueryRow(ctx, s.b.q.close, id).Scan(&n)
+}

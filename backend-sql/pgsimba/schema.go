@@ -1,0 +1,178 @@
+package pgsimba
+
+// schema creates the tables and routines of one namespace. "{p}" is the
+// validated table prefix (core.Expand); nothing else is interpolated. Every
+// statement is idempotent and the whole runs under a transaction-scoped
+// advisory lock, so many processes may start at once (concurrent CREATE ...
+// IF NOT EXISTS alone can fail on PostgreSQL's catalog unique indexes).
+//
+// Time is always clock_timestamp(), the wall clock at the moment of the
+// call, never now(), which is frozen at the start of the transaction.
+// Routines are suffixed _v1 so that a later release can add _v2 next to
+// them while older processes still run.
+const schema = `
+CREATE TABLE IF NOT EXISTS {p}_sessions (
+    id         text        PRIMARY KEY,
+    expires_at timestamptz NOT NULL,
+    lease      interval    NOT NULL,
+    version    bigint      NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS {p}_leases (
+    name       text   PRIMARY KEY,
+    session_id text,
+    token      bigint NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS {p}_leases_session_idx ON {p}_leases (session_id);
+
+CREATE OR REPLACE FUNCTION {p}_open_v1(p_id text, p_lease_us bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_exp timestamptz;
+BEGIN
+    -- An expired session answers "expired" whether or not its row exists,
+    -- so expired rows may go: a few per open, skipping rows others lock.
+    DELETE FROM {p}_sessions s WHERE s.id IN (
+        SELECT g.id FROM {p}_sessions g WHERE g.expires_at < clock_timestamp()
+        LIMIT 100 FOR UPDATE SKIP LOCKED);
+    INSERT INTO {p}_sessions AS s (id, expires_at, lease, version)
+    VALUES (p_id, clock_timestamp() + p_lease_us * interval '1 microsecond',
+            p_lease_us * interval '1 microsecond', 1)
+    RETURNING s.expires_at INTO v_exp;
+    RETURN (extract(epoch FROM v_exp - clock_timestamp()) * 1000000)::bigint;
+END $$;
+
+CREATE OR REPLACE FUNCTION {p}_renew_v1(p_id text, p_known bigint)
+RETURNS TABLE (r_remaining_us bigint, r_version bigint, r_name text, r_token bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_exp timestamptz;
+    v_ver bigint;
+BEGIN
+    -- Lock, then read the clock: a renewal that waited for the lock judges
+    -- expiry by the time it got it, so it never revives a session that
+    -- expired meanwhile (and lost its leases to others).
+    PERFORM 1 FROM {p}_sessions s WHERE s.id = p_id FOR NO KEY UPDATE;
+    UPDATE {p}_sessions s SET expires_at = clock_timestamp() + s.lease
+     WHERE s.id = p_id AND s.expires_at > clock_timestamp()
+    RETURNING s.expires_at, s.version INTO v_exp, v_ver;
+    IF NOT FOUND THEN
+        RETURN; -- no row at all: expired or unknown
+    END IF;
+    r_remaining_us := (extract(epoch FROM v_exp - clock_timestamp()) * 1000000)::bigint;
+    r_version := v_ver;
+    RETURN NEXT;
+    IF v_ver <> p_known THEN
+        -- Acquire and release change the version last, under this row's
+        -- lock, which this transaction holds: the list matches v_ver.
+        RETURN QUERY SELECT NULL::bigint, NULL::bigint, l.name, l.token
+                       FROM {p}_leases l WHERE l.session_id = p_id;
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION {p}_acquire_v1(p_id text, p_names text[])
+RETURNS TABLE (r_name text, r_token bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_name  text;
+    v_owner text;
+    v_token bigint;
+    v_alive boolean;
+    v_won   boolean := false;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM {p}_sessions s
+                    WHERE s.id = p_id AND s.expires_at > clock_timestamp()) THEN
+        RETURN; -- no row at all: expired or unknown
+    END IF;
+    -- p_names is sorted, so concurrent calls lock lease rows in one order.
+    FOREACH v_name IN ARRAY p_names LOOP
+        r_name := v_name;
+        -- A new name starts at the clock in microseconds, so that tokens
+        -- keep rising even if the table was emptied (ADR 0031).
+        INSERT INTO {p}_leases AS l (name, session_id, token)
+        VALUES (v_name, p_id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+        ON CONFLICT (name) DO NOTHING
+        RETURNING l.token INTO v_token;
+        IF FOUND THEN
+            v_won := true;
+            r_token := v_token;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        SELECT l.session_id, l.token INTO v_owner, v_token
+          FROM {p}_leases l WHERE l.name = v_name FOR UPDATE;
+        IF v_owner = p_id THEN
+            r_token := v_token; -- already ours: the token it is owned under
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        v_alive := NULL;
+        IF v_owner IS NOT NULL THEN
+            SELECT s.expires_at > clock_timestamp() INTO v_alive
+              FROM {p}_sessions s WHERE s.id = v_owner;
+            IF v_alive IS NOT TRUE THEN
+                -- Looks expired. A renewal may be in flight: its row lock
+                -- conflicts with this share lock, so wait for it and look
+                -- again. (Only here: locking live owners' rows would let two
+                -- candidates deadlock on each other's sessions.)
+                PERFORM 1 FROM {p}_sessions s WHERE s.id = v_owner FOR SHARE;
+                SELECT s.expires_at > clock_timestamp() INTO v_alive
+                  FROM {p}_sessions s WHERE s.id = v_owner;
+            END IF;
+        END IF;
+        IF v_alive THEN
+            r_token := 0;
+        ELSE
+            UPDATE {p}_leases l SET session_id = p_id,
+                   token = greatest(l.token + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+             WHERE l.name = v_name
+            RETURNING l.token INTO v_token;
+            v_won := true;
+            r_token := v_token;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    IF v_won THEN
+        UPDATE {p}_sessions s SET version = s.version + 1 WHERE s.id = p_id;
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION {p}_release_v1(p_id text, p_names text[], p_tokens bigint[])
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer := 0;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
+        -- The token is kept: the next term of this name counts up from it.
+        UPDATE {p}_leases l SET session_id = NULL
+         WHERE l.name = p_names[i] AND l.token = p_tokens[i] AND l.session_id = p_id;
+        IF FOUND THEN
+            v_n := v_n + 1;
+            -- Delivered at commit, only if the release commits.
+            PERFORM pg_notify('{p}_released', p_names[i]);
+        END IF;
+    END LOOP;
+    IF v_n > 0 THEN
+        UPDATE {p}_sessions s SET version = s.version + 1 WHERE s.id = p_id;
+    END IF;
+    RETURN v_n;
+END $$;
+
+CREATE OR REPLACE FUNCTION {p}_close_v1(p_id text) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_name text;
+    v_n    integer := 0;
+BEGIN
+    FOR v_name IN SELECT l.name FROM {p}_leases l WHERE l.session_id = p_id
+                   ORDER BY l.name FOR UPDATE LOOP
+        UPDATE {p}_leases l SET session_id = NULL WHERE l.name = v_name;
+        PERFORM pg_notify('{p}_released', v_name);
+        v_n := v_n + 1;
+    END LOOP;
+    DELETE FROM {p}_sessions s WHERE s.id = p_id;
+    RETURN v_n;
+END $$;
+`

@@ -1,0 +1,41 @@
+package sqlbackend
+
+import (
+	"errors"
+	"fmt"
+)
+
+// DefaultPrefix is the table prefix used when none is given.
+const DefaultPrefix = "simba"
+
+// MaxPrefixLen is the longest table prefix. The longest name built from it
+// ("<prefix>_acquire_v1", "<prefix>_leases_session_idx") then stays within
+// the identifier limits of PostgreSQL (63 bytes) and MySQL (64).
+const MaxPrefixLen = 32
+
+// ErrInvalidPrefix is wrapped by every error [ValidatePrefix] returns.
+var ErrInvalidPrefix = errors.New("simba: invalid table prefix")
+
+// ValidatePrefix reports whether prefix is a valid table prefix: 1 to 32
+// characters of [a-z0-9_], starting with a letter. Lower case only, so the
+// name means the same table on PostgreSQL (which folds unquoted names) and
+// on MySQL (whose table names may be case-sensitive files). The error wraps
+// [ErrInvalidPrefix] and names the rule.
+func ValidatePrefix(prefix string) error {
+	const rule = "want 1 to 32 characters of [a-z0-9_] starting with a letter"
+	switch {
+	case prefix == "":
+		return fmt.Errorf("%w: empty (%s)", ErrInvalidPrefix, rule)
+	case len(prefix) > MaxPrefixLen:
+		return fmt.Errorf("%w: %d bytes long, longer than %d (%s)", ErrInvalidPrefix, len(prefix), MaxPrefixLen, rule)
+	case prefix[0] < 'a' || prefix[0] > 'z':
+		return fmt.Errorf("%w: %q starts with %q (%s)", ErrInvalidPrefix, prefix, prefix[0], rule)
+	}
+	for i := 0; i < len(prefix); i++ {
+		c := prefix[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
+			return fmt.Errorf("%w: %q has byte %q at offset %d (%s)", ErrInvalidPrefix, prefix, c, i, rule)
+		}
+	}
+	return nil
+}
