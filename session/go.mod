@@ -7,6 +7,8 @@ require (
 	github.com/simba-go/simba/term v0.0.0
 )
 
+require go.uber.org/goleak v1.3.0
+
 replace github.com/simba-go/simba/deadline => ../deadline
 
 replace github.com/simba-go/simba/term => ../term

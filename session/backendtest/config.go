@@ -1,0 +1,62 @@
+package backendtest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/simba-go/simba/session"
+)
+
+// Config describes the backend under test.
+type Config struct {
+	// NewBackend returns a new client of the backend in namespace. The kit
+	// calls it once per client it needs; clients of the same namespace see
+	// each other's sessions and leases, clients of different namespaces
+	// never do. It should register the client's cleanup with t.Cleanup and
+	// fail t (naming the environment variable) if the server is missing.
+	// Required.
+	NewBackend func(t *testing.T, namespace string) session.Backend
+
+	// Lease is the lease duration the kit asks for. The expiry subtests
+	// wait about 1.5 × Lease, so keep it short (2s is a good value on a
+	// real server). Required.
+	Lease time.Duration
+
+	// LoseData, if not nil, wipes the store's data like a restart without
+	// persistence (a Redis FLUSHALL, say). The kit calls it once, when no
+	// other subtest of this Run is active, and then checks that tokens keep
+	// rising or that the backend refuses with an error.
+	LoseData func(t *testing.T)
+
+	// Advance, if not nil, moves the backend's virtual clock forward by d.
+	// The kit then never waits for real time, and runs every subtest
+	// sequentially because one clock serves them all. If nil, the kit
+	// waits on real timers.
+	Advance func(t *testing.T, d time.Duration)
+
+	// ExpiryGrace is how much longer than the granted lease the backend may
+	// take to expire a session (ZooKeeper, for one, expires sessions on its
+	// tick). Optional; default Lease/2.
+	ExpiryGrace time.Duration
+
+	// NoticeTimeout bounds the wait for a release notice from a
+	// [session.Broadcaster]. Optional; default 5s.
+	NoticeTimeout time.Duration
+
+	// CallTimeout bounds every backend call the kit makes. Optional;
+	// default 10s.
+	CallTimeout time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.ExpiryGrace <= 0 {
+		c.ExpiryGrace = c.Lease / 2
+	}
+	if c.NoticeTimeout <= 0 {
+		c.NoticeTimeout = 5 * time.Second
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 10 * time.Second
+	}
+	return c
+}

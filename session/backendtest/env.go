@@ -1,0 +1,264 @@
+package backendtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/simba-go/simba/session"
+)
+
+// env is one subtest's view of the backend: its namespace and the promise
+// it checks, which every failure message repeats.
+type env struct {
+	t       *testing.T
+	cfg     Config
+	ns      string
+	promise string
+}
+
+// newNamespace returns "kt" and 8 random hex digits: lowercase letters and
+// digits only, so it is a valid key prefix, chroot element and table prefix
+// on every backend.
+func newNamespace() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "kt" + hex.EncodeToString(b[:])
+}
+
+// errorf reports a broken promise and goes on.
+func (e *env) errorf(format string, args ...any) {
+	e.t.Helper()
+	e.t.Errorf("%s\n\tpromise: %s", fmt.Sprintf(format, args...), e.promise)
+}
+
+// fatalf reports a broken promise and stops the subtest.
+func (e *env) fatalf(format string, args ...any) {
+	e.t.Helper()
+	e.t.Fatalf("%s\n\tpromise: %s", fmt.Sprintf(format, args...), e.promise)
+}
+
+// ctx is the context of one backend call.
+func (e *env) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(e.t.Context(), e.cfg.CallTimeout)
+	e.t.Cleanup(cancel)
+	return ctx
+}
+
+// wait lets d of the backend's time pass: virtual time if the Config can
+// advance it, else a real timer.
+func (e *env) wait(d time.Duration) {
+	e.t.Helper()
+	if e.cfg.Advance != nil {
+		e.cfg.Advance(e.t, d)
+		return
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-e.t.Context().Done():
+		e.t.Fatalf("test ended while waiting %v", d)
+	}
+}
+
+// waitExpiry waits long enough for a session opened (or last renewed)
+// before the call to have expired on the backend.
+func (e *env) waitExpiry() {
+	e.t.Helper()
+	e.wait(e.cfg.Lease + e.cfg.ExpiryGrace)
+}
+
+// client is a new client of the subtest's namespace.
+func (e *env) client() session.Backend {
+	e.t.Helper()
+	b := e.cfg.NewBackend(e.t, e.ns)
+	if b == nil {
+		e.t.Fatalf("Config.NewBackend(%q) returned nil", e.ns)
+	}
+	return b
+}
+
+// sess is an open session of a client.
+type sess struct {
+	e      *env
+	b      session.Backend
+	id     session.ID
+	opened session.OpenReply
+}
+
+// open opens a session on a new client.
+func (e *env) open() *sess {
+	e.t.Helper()
+	return e.openOn(e.client())
+}
+
+// openOn opens a session on client b, checks the reply, and closes the
+// session when the test ends.
+func (e *env) openOn(b session.Backend) *sess {
+	e.t.Helper()
+	reply, err := b.Open(e.ctx(), session.OpenRequest{LeaseDuration: e.cfg.Lease})
+	if err != nil {
+		e.t.Fatalf("Open(lease %v): %v", e.cfg.Lease, err)
+	}
+	if reply.ID == "" {
+		e.fatalf("Open returned an empty session ID")
+	}
+	if reply.Remaining <= 0 || reply.Remaining > e.cfg.Lease {
+		e.errorf("Open: Remaining = %v, want in (0, %v]: a backend grants the requested lease or less", reply.Remaining, e.cfg.Lease)
+	}
+	s := &sess{e: e, b: b, id: reply.ID, opened: reply}
+	e.t.Cleanup(func() {
+		// The test's context is already cancelled when cleanups run.
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.CallTimeout)
+		defer cancel()
+		_ = b.Close(ctx, s.id)
+	})
+	return s
+}
+
+// renew renews the session, expecting success, and checks the reply's
+// general shape.
+func (s *sess) renew(known uint64) session.RenewReply {
+	s.e.t.Helper()
+	reply, err := s.b.Renew(s.e.ctx(), session.RenewRequest{ID: s.id, KnownVersion: known})
+	if err != nil {
+		s.e.fatalf("Renew(%s, known %d): %v", s.id, known, err)
+	}
+	if reply.Version == 0 {
+		s.e.errorf("Renew: Version = 0; a version is never 0")
+	}
+	if reply.Version != known && !reply.Full {
+		s.e.errorf("Renew(known %d): Version = %d but Full = false; the full list is due when the version differs", known, reply.Version)
+	}
+	if reply.Remaining <= 0 || reply.Remaining > s.e.cfg.Lease {
+		s.e.errorf("Renew: Remaining = %v, want in (0, %v]", reply.Remaining, s.e.cfg.Lease)
+	}
+	return reply
+}
+
+// acquireAll acquires names, expecting the call to succeed, and checks
+// that the results match the request one for one.
+func (s *sess) acquireAll(names ...string) []session.AcquireResult {
+	s.e.t.Helper()
+	reply, err := s.b.Acquire(s.e.ctx(), session.AcquireRequest{ID: s.id, Names: names})
+	if err != nil {
+		s.e.fatalf("Acquire(%s, %q): %v", s.id, names, err)
+	}
+	if len(reply.Results) != len(names) {
+		s.e.fatalf("Acquire(%q): %d results, want one per name (%d)", names, len(reply.Results), len(names))
+	}
+	for i, r := range reply.Results {
+		if r.Name != names[i] {
+			s.e.errorf("Acquire: result %d is for %q, want %q: results come in request order", i, r.Name, names[i])
+		}
+		if r.Err != nil && r.Token != 0 {
+			s.e.errorf("Acquire(%q): token %d with error %v; a failed name has token 0", r.Name, r.Token, r.Err)
+		}
+	}
+	return reply.Results
+}
+
+// acquire acquires one valid name and returns its token (0: refused).
+func (s *sess) acquire(name string) uint64 {
+	s.e.t.Helper()
+	r := s.acquireAll(name)[0]
+	if r.Err != nil {
+		s.e.fatalf("Acquire(%q): %v", name, r.Err)
+	}
+	return r.Token
+}
+
+// mustAcquire acquires a name that is free and returns its token.
+func (s *sess) mustAcquire(name string) uint64 {
+	s.e.t.Helper()
+	tok := s.acquire(name)
+	if tok == 0 {
+		s.e.fatalf("Acquire(%q) = token 0 for a free name", name)
+	}
+	return tok
+}
+
+func (s *sess) release(leases ...session.Lease) {
+	s.e.t.Helper()
+	if err := s.b.Release(s.e.ctx(), session.ReleaseRequest{ID: s.id, Leases: leases}); err != nil {
+		s.e.fatalf("Release(%s, %v): %v", s.id, leases, err)
+	}
+}
+
+func (s *sess) close() {
+	s.e.t.Helper()
+	if err := s.b.Close(s.e.ctx(), s.id); err != nil {
+		s.e.fatalf("Close(%s): %v", s.id, err)
+	}
+}
+
+// owned renews with KnownVersion 0 and returns the full owned set.
+func (s *sess) owned() map[string]uint64 {
+	s.e.t.Helper()
+	r := s.renew(0)
+	if !r.Full {
+		s.e.errorf("Renew(known 0): Full = false; KnownVersion 0 asks for the full list")
+	}
+	return leaseMap(s.e, r.Leases)
+}
+
+func leaseMap(e *env, leases []session.Lease) map[string]uint64 {
+	e.t.Helper()
+	m := make(map[string]uint64, len(leases))
+	for _, l := range leases {
+		if _, dup := m[l.Name]; dup {
+			e.errorf("Renew lists %q twice", l.Name)
+		}
+		m[l.Name] = l.Token
+	}
+	return m
+}
+
+// wantOwned checks that the session owns exactly want.
+func (s *sess) wantOwned(want map[string]uint64) {
+	s.e.t.Helper()
+	got := s.owned()
+	if !mapsEqual(got, want) {
+		s.e.errorf("Renew lists %v, want %v: a renewal reports exactly the leases the session owns", sorted(got), sorted(want))
+	}
+}
+
+func mapsEqual(a, b map[string]uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func sorted(m map[string]uint64) []session.Lease {
+	out := make([]session.Lease, 0, len(m))
+	for k, v := range m {
+		out = append(out, session.Lease{Name: k, Token: v})
+	}
+	slices.SortFunc(out, func(a, b session.Lease) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// isEnded reports whether err says the session is over.
+func isEnded(err error) bool {
+	return errors.Is(err, session.ErrExpired) || errors.Is(err, session.ErrClosed)
+}

@@ -1,0 +1,47 @@
+package backendtest
+
+import (
+	"testing"
+)
+
+// testCase is one promise and the subtest that checks it.
+type testCase struct {
+	name    string
+	promise string
+	// waits marks subtests that let the backend's time pass; in real time
+	// they run in parallel with each other.
+	waits bool
+	f     func(e *env)
+}
+
+// Run checks that the backend cfg describes keeps every promise of
+// [session.Backend], one subtest per promise, each in a fresh namespace.
+// It fails t at once if cfg lacks NewBackend or a positive Lease.
+func Run(t *testing.T, cfg Config) {
+	t.Helper()
+	if cfg.NewBackend == nil {
+		t.Fatal("backendtest: Config.NewBackend is nil")
+	}
+	if cfg.Lease <= 0 {
+		t.Fatalf("backendtest: Config.Lease = %v, want a positive duration", cfg.Lease)
+	}
+	cfg = cfg.withDefaults()
+	parallel := cfg.Advance == nil
+	// The group returns only when its parallel subtests are done, so the
+	// data-loss subtest below never wipes a namespace still in use.
+	t.Run("Promises", func(t *testing.T) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				if tc.waits && parallel {
+					t.Parallel()
+				}
+				tc.f(&env{t: t, cfg: cfg, ns: newNamespace(), promise: tc.promise})
+			})
+		}
+	})
+	if cfg.LoseData != nil {
+		t.Run(dataLoss.name, func(t *testing.T) {
+			dataLoss.f(&env{t: t, cfg: cfg, ns: newNamespace(), promise: dataLoss.promise})
+		})
+	}
+}

@@ -1,0 +1,208 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/session"
+)
+
+// Errors of the memory backend, for errors.Is.
+var (
+	// ErrReplyLost is returned by a call whose reply [Backend.DropReplies]
+	// dropped: the call took effect, the caller just never heard.
+	ErrReplyLost = errors.New("memory: reply lost")
+	// ErrDuplicateID is returned by Open when the id source of
+	// [WithIDSource] repeats an id: a session id is never reused.
+	ErrDuplicateID = errors.New("memory: duplicate session id")
+	// ErrInvalidLease is returned by Open for a lease duration that is not
+	// positive.
+	ErrInvalidLease = errors.New("memory: invalid lease duration")
+)
+
+// Backend is one client of an in-memory namespace: a [session.Backend] and
+// [session.Broadcaster] for tests, never for production. Its methods are safe
+// for concurrent use.
+type Backend struct {
+	s *store
+
+	mu     sync.Mutex
+	paused chan struct{} // closed by Resume; nil when not paused
+	delay  time.Duration
+	drop   int
+	fail   error
+	stats  Stats
+}
+
+var (
+	_ session.Backend     = (*Backend)(nil)
+	_ session.Broadcaster = (*Backend)(nil)
+)
+
+// Stats counts the calls a client received, whether or not a fault made
+// them fail, so a test can assert, say, one Renew per renewal period.
+type Stats struct {
+	Open, Renew, Acquire, Release, Close int
+}
+
+// New returns a client of a new, empty namespace. It fails, wrapping
+// [ErrInvalidOption], if an option is invalid.
+func New(opts ...Option) (*Backend, error) {
+	cfg := config{clock: deadline.System{}, newID: randomID, grantNum: 1, grantDn: 1}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Backend{s: newStore(cfg)}, nil
+}
+
+// NewClient returns another client of b's namespace: it sees the same
+// sessions, leases and clock, and its releases reach the same subscribers,
+// but it has its own faults and [Stats], as another node would.
+func (b *Backend) NewClient() *Backend {
+	return &Backend{s: b.s}
+}
+
+// Open opens a session with the requested lease, capped by [WithMaxLease].
+func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+	if err := b.enter(ctx, func(s *Stats) { s.Open++ }); err != nil {
+		return session.OpenReply{}, fmt.Errorf("memory: open: %w", err)
+	}
+	if req.LeaseDuration <= 0 {
+		return session.OpenReply{}, errorf(ErrInvalidLease, "open: lease %v must be positive", req.LeaseDuration)
+	}
+	reply, freed, err := b.s.open(req.LeaseDuration)
+	b.s.notify(freed)
+	if err != nil {
+		return session.OpenReply{}, err
+	}
+	if err := b.exit(ctx); err != nil {
+		return session.OpenReply{}, fmt.Errorf("memory: open: %w", err)
+	}
+	return reply, nil
+}
+
+// Renew extends the session by its granted lease and reports its leases;
+// the list only when req.KnownVersion is not the current version.
+func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+	if err := b.enter(ctx, func(s *Stats) { s.Renew++ }); err != nil {
+		return session.RenewReply{}, fmt.Errorf("memory: renew: %w", err)
+	}
+	reply, freed, err := b.s.renew(req)
+	b.s.notify(freed)
+	if err != nil {
+		return session.RenewReply{}, err
+	}
+	if err := b.exit(ctx); err != nil {
+		return session.RenewReply{}, fmt.Errorf("memory: renew: %w", err)
+	}
+	return reply, nil
+}
+
+// Acquire tries each name for the session.
+func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+	if err := b.enter(ctx, func(s *Stats) { s.Acquire++ }); err != nil {
+		return session.AcquireReply{}, fmt.Errorf("memory: acquire: %w", err)
+	}
+	reply, freed, err := b.s.acquire(req)
+	b.s.notify(freed)
+	if err != nil {
+		return session.AcquireReply{}, err
+	}
+	if err := b.exit(ctx); err != nil {
+		return session.AcquireReply{}, fmt.Errorf("memory: acquire: %w", err)
+	}
+	return reply, nil
+}
+
+// Release deletes the leases the session owns under the given tokens and
+// broadcasts each deleted name. A mismatched lease is left alone. A request
+// with an invalid name fails, wrapping [deadline.ErrInvalidName], and
+// releases nothing.
+func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error {
+	if err := b.enter(ctx, func(s *Stats) { s.Release++ }); err != nil {
+		return fmt.Errorf("memory: release: %w", err)
+	}
+	freed, err := b.s.release(req)
+	b.s.notify(freed)
+	if err != nil {
+		return err
+	}
+	if err := b.exit(ctx); err != nil {
+		return fmt.Errorf("memory: release: %w", err)
+	}
+	return nil
+}
+
+// Close ends the session and releases its leases, broadcasting each. An
+// expired or unknown session is not an error. Later calls for the session
+// answer [session.ErrExpired].
+func (b *Backend) Close(ctx context.Context, id session.ID) error {
+	if err := b.enter(ctx, func(s *Stats) { s.Close++ }); err != nil {
+		return fmt.Errorf("memory: close: %w", err)
+	}
+	b.s.notify(b.s.close(id))
+	if err := b.exit(ctx); err != nil {
+		return fmt.Errorf("memory: close: %w", err)
+	}
+	return nil
+}
+
+// enter counts a call and applies the faults that act before it takes
+// effect: a cancelled ctx, a pause, failing calls.
+func (b *Backend) enter(ctx context.Context, count func(*Stats)) error {
+	b.mu.Lock()
+	count(&b.stats)
+	paused, fail := b.paused, b.fail
+	b.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if paused != nil {
+		select {
+		case <-paused:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		b.mu.Lock()
+		fail = b.fail // FailCalls may have changed while paused
+		b.mu.Unlock()
+	}
+	return fail
+}
+
+// exit applies the faults that act after a call took effect: a lost reply,
+// a slow reply.
+func (b *Backend) exit(ctx context.Context) error {
+	b.mu.Lock()
+	delay := b.delay
+	lost := b.drop > 0
+	if lost {
+		b.drop--
+	}
+	b.mu.Unlock()
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if lost {
+		return ErrReplyLost
+	}
+	return nil
+}
+
+// errorf wraps sentinel with a message.
+func errorf(sentinel error, format string, args ...any) error {
+	return fmt.Errorf("memory: "+format+": %w", append(args, sentinel)...)
+}

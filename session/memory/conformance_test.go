@@ -1,0 +1,75 @@
+package memory_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/backendtest"
+	"github.com/simba-go/simba/session/memory"
+)
+
+// namespaces hands out one memory store per kit namespace, all on one
+// virtual clock, so the kit runs in virtual time.
+type namespaces struct {
+	clock *memory.ManualClock
+	opts  []memory.Option
+	mu    sync.Mutex
+	ns    map[string]*memory.Backend
+}
+
+func newNamespaces(opts ...memory.Option) *namespaces {
+	c := memory.NewManualClock(time.Unix(1_000_000, 0))
+	return &namespaces{clock: c, opts: append([]memory.Option{memory.WithClock(c)}, opts...), ns: map[string]*memory.Backend{}}
+}
+
+func (n *namespaces) newBackend(t *testing.T, namespace string) session.Backend {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if b, ok := n.ns[namespace]; ok {
+		return b.NewClient()
+	}
+	b, err := memory.New(n.opts...)
+	if err != nil {
+		t.Fatalf("memory.New: %v", err)
+	}
+	n.ns[namespace] = b
+	return b
+}
+
+func (n *namespaces) loseData(*testing.T) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, b := range n.ns {
+		b.LoseData(false)
+	}
+}
+
+func (n *namespaces) config() backendtest.Config {
+	return backendtest.Config{
+		NewBackend: n.newBackend,
+		Lease:      2 * time.Second,
+		LoseData:   n.loseData,
+		Advance:    func(_ *testing.T, d time.Duration) { n.clock.Advance(d) },
+	}
+}
+
+func TestConformance(t *testing.T) {
+	backendtest.Run(t, newNamespaces().config())
+}
+
+// ZooKeeper-like grants: a capped lease, 5/12 of it reported.
+func TestConformanceZooKeeperLike(t *testing.T) {
+	backendtest.Run(t, newNamespaces(memory.WithMaxLease(1500*time.Millisecond), memory.WithGrantFraction(5, 12)).config())
+}
+
+// The kit in real time, as on a real server (expiry subtests in parallel).
+func TestConformanceRealTime(t *testing.T) {
+	n := newNamespaces(memory.WithClock(nil))
+	n.opts = nil // system clock
+	cfg := n.config()
+	cfg.Advance = nil
+	cfg.Lease = 300 * time.Millisecond
+	backendtest.Run(t, cfg)
+}

@@ -1,0 +1,84 @@
+package memory
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/session"
+)
+
+// ErrInvalidOption is wrapped by the error [New] returns for an invalid
+// option.
+var ErrInvalidOption = errors.New("memory: invalid option")
+
+// An Option configures a [Backend] made by [New].
+type Option func(*config)
+
+type config struct {
+	clock             deadline.Clock
+	newID             func() session.ID
+	maxLease          time.Duration
+	grantNum, grantDn int64
+	noEpochs          bool
+}
+
+// WithClock sets the clock that measures session lifetimes. Default: the
+// system clock.
+func WithClock(c deadline.Clock) Option {
+	return func(cfg *config) { cfg.clock = c }
+}
+
+// WithIDSource sets the source of session ids, so that a seeded simulation
+// is reproducible. The backend refuses to open a session under an id it has
+// handed out before ([ErrDuplicateID]). Default: 128 random bits from
+// crypto/rand, in hex.
+func WithIDSource(next func() session.ID) Option {
+	return func(cfg *config) { cfg.newID = next }
+}
+
+// WithMaxLease caps the lease duration the backend grants, as ZooKeeper's
+// maxSessionTimeout does. Zero means no cap.
+func WithMaxLease(d time.Duration) Option {
+	return func(cfg *config) { cfg.maxLease = d }
+}
+
+// WithGrantFraction makes the backend report only num/den of the time a
+// session really has left, as the ZooKeeper backend reports 5/12 of the
+// session timeout. Sessions still expire after the full granted lease.
+// Default 1/1.
+func WithGrantFraction(num, den int) Option {
+	return func(cfg *config) { cfg.grantNum, cfg.grantDn = int64(num), int64(den) }
+}
+
+// WithoutTokenEpochs turns off the token epoch, so that tokens restart at 1
+// after [Backend.LoseData] with keepTokens false. It models a broken
+// backend: it exists so that tests can check that they catch one.
+func WithoutTokenEpochs() Option {
+	return func(cfg *config) { cfg.noEpochs = true }
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.clock == nil:
+		return fmt.Errorf("%w: WithClock(nil)", ErrInvalidOption)
+	case c.newID == nil:
+		return fmt.Errorf("%w: WithIDSource(nil)", ErrInvalidOption)
+	case c.maxLease < 0:
+		return fmt.Errorf("%w: WithMaxLease(%v): must not be negative", ErrInvalidOption, c.maxLease)
+	case c.grantNum <= 0 || c.grantDn <= 0 || c.grantNum > c.grantDn:
+		return fmt.Errorf("%w: WithGrantFraction(%d, %d): want 0 < num ≤ den", ErrInvalidOption, c.grantNum, c.grantDn)
+	}
+	return nil
+}
+
+// randomID is the default id source: 128 bits from crypto/rand, which never
+// fails (it panics on a broken system source rather than return an error).
+func randomID() session.ID {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return session.ID(hex.EncodeToString(b[:]))
+}

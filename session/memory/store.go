@@ -1,0 +1,217 @@
+package memory
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/session"
+)
+
+// epochShift places the epoch above the per-name counter in a token.
+const epochShift = 40
+
+// store is one namespace's data, shared by every client of it.
+type store struct {
+	cfg config
+
+	mu       sync.Mutex
+	issued   map[session.ID]struct{} // every id ever handed out; survives LoseData
+	sessions map[session.ID]*sess    // live sessions (an unknown id is expired)
+	order    []session.ID            // sessions in open order, for deterministic sweeps
+	leases   map[string]lease
+	counters map[string]uint64 // per-name token counters; release never resets them
+	epoch    uint64
+
+	subMu sync.Mutex
+	subs  []*subscriber
+}
+
+type sess struct {
+	ttl       time.Duration
+	expiresAt time.Time
+	version   uint64
+	owned     map[string]uint64 // name → token
+}
+
+type lease struct {
+	owner session.ID
+	token uint64
+}
+
+func newStore(cfg config) *store {
+	return &store{
+		cfg:      cfg,
+		issued:   map[session.ID]struct{}{},
+		sessions: map[session.ID]*sess{},
+		leases:   map[string]lease{},
+		counters: map[string]uint64{},
+	}
+}
+
+// sweep ends every session whose lease has run out at now, and returns the
+// names it freed so the caller can broadcast them once it has unlocked.
+// Sessions are visited in open order so that a seeded run is reproducible.
+func (s *store) sweep(now time.Time) []string {
+	var freed []string
+	live := s.order[:0]
+	for _, id := range s.order {
+		se, ok := s.sessions[id]
+		if !ok {
+			continue
+		}
+		if now.Before(se.expiresAt) {
+			live = append(live, id)
+			continue
+		}
+		freed = append(freed, s.drop(id, se)...)
+	}
+	clear(s.order[len(live):])
+	s.order = live
+	return freed
+}
+
+// drop removes a session and its leases, returning the freed names sorted.
+func (s *store) drop(id session.ID, se *sess) []string {
+	names := make([]string, 0, len(se.owned))
+	for name, tok := range se.owned {
+		if l := s.leases[name]; l.owner == id && l.token == tok {
+			delete(s.leases, name)
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	delete(s.sessions, id)
+	return names
+}
+
+func (s *store) nextToken(name string) uint64 {
+	s.counters[name]++
+	return s.epoch<<epochShift | s.counters[name]
+}
+
+// remaining is the time se has left as the backend reports it: the granted
+// fraction of the real time left.
+func (s *store) remaining(se *sess, now time.Time) time.Duration {
+	left := se.expiresAt.Sub(now)
+	if left <= 0 {
+		return 0
+	}
+	return time.Duration(int64(left) / s.cfg.grantDn * s.cfg.grantNum)
+}
+
+func (s *store) open(lease time.Duration) (session.OpenReply, []string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.cfg.clock.Now()
+	freed := s.sweep(now)
+	id := s.cfg.newID()
+	if _, dup := s.issued[id]; dup {
+		return session.OpenReply{}, freed, errorf(ErrDuplicateID, "open: id %q was handed out before", id)
+	}
+	s.issued[id] = struct{}{}
+	if s.cfg.maxLease > 0 && lease > s.cfg.maxLease {
+		lease = s.cfg.maxLease
+	}
+	se := &sess{ttl: lease, expiresAt: now.Add(lease), version: 1, owned: map[string]uint64{}}
+	s.sessions[id] = se
+	s.order = append(s.order, id)
+	return session.OpenReply{ID: id, Remaining: s.remaining(se, now)}, freed, nil
+}
+
+func (s *store) renew(req session.RenewRequest) (session.RenewReply, []string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.cfg.clock.Now()
+	freed := s.sweep(now)
+	se, ok := s.sessions[req.ID]
+	if !ok {
+		return session.RenewReply{}, freed, errorf(session.ErrExpired, "renew %s", req.ID)
+	}
+	se.expiresAt = now.Add(se.ttl)
+	reply := session.RenewReply{Remaining: s.remaining(se, now), Version: se.version}
+	if req.KnownVersion != se.version {
+		reply.Full = true
+		reply.Leases = make([]session.Lease, 0, len(se.owned))
+		for name, tok := range se.owned {
+			reply.Leases = append(reply.Leases, session.Lease{Name: name, Token: tok})
+		}
+		sort.Slice(reply.Leases, func(i, j int) bool { return reply.Leases[i].Name < reply.Leases[j].Name })
+	}
+	return reply, freed, nil
+}
+
+func (s *store) acquire(req session.AcquireRequest) (session.AcquireReply, []string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	freed := s.sweep(s.cfg.clock.Now())
+	se, ok := s.sessions[req.ID]
+	if !ok {
+		return session.AcquireReply{}, freed, errorf(session.ErrExpired, "acquire for %s", req.ID)
+	}
+	reply := session.AcquireReply{Results: make([]session.AcquireResult, len(req.Names))}
+	changed := false
+	for i, name := range req.Names {
+		res := &reply.Results[i]
+		res.Name = name
+		if err := deadline.ValidateName(name); err != nil {
+			res.Err = err
+			continue
+		}
+		// The sweep above removed every lease of an expired session, so a
+		// lease still here is held by a live one.
+		if l, held := s.leases[name]; held {
+			if l.owner == req.ID {
+				res.Token = l.token
+			}
+			continue
+		}
+		res.Token = s.nextToken(name)
+		s.leases[name] = lease{owner: req.ID, token: res.Token}
+		se.owned[name] = res.Token
+		changed = true
+	}
+	if changed {
+		se.version++
+	}
+	return reply, freed, nil
+}
+
+func (s *store) release(req session.ReleaseRequest) ([]string, error) {
+	for _, l := range req.Leases {
+		if err := deadline.ValidateName(l.Name); err != nil {
+			return nil, errorf(err, "release")
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	freed := s.sweep(s.cfg.clock.Now())
+	se, ok := s.sessions[req.ID]
+	if !ok {
+		return freed, nil // its leases went with it
+	}
+	changed := false
+	for _, rl := range req.Leases {
+		if l, held := s.leases[rl.Name]; held && l.owner == req.ID && l.token == rl.Token {
+			delete(s.leases, rl.Name)
+			delete(se.owned, rl.Name)
+			freed = append(freed, rl.Name)
+			changed = true
+		}
+	}
+	if changed {
+		se.version++
+	}
+	return freed, nil
+}
+
+func (s *store) close(id session.ID) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	freed := s.sweep(s.cfg.clock.Now())
+	if se, ok := s.sessions[id]; ok {
+		freed = append(freed, s.drop(id, se)...)
+	}
+	return freed
+}
