@@ -1,0 +1,201 @@
+package pgsimba_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/simba-go/simba/backend-sql/pgsimba"
+	"github.com/simba-go/simba/session"
+)
+
+func subscribe(t *testing.T, b *pgsimba.Backend) (<-chan session.Notice, func()) {
+	t.Helper()
+	ch := make(chan session.Notice, 64)
+	stop, err := b.Subscribe(func(n session.Notice) {
+		select {
+		case ch <- n:
+		default:
+			t.Errorf("notice %+v dropped: test channel full", n)
+		}
+	})
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	t.Cleanup(stop)
+	return ch, stop
+}
+
+// next waits for a notice that satisfies ok, skipping others.
+func next(t *testing.T, ch <-chan session.Notice, what string, ok func(session.Notice) bool) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case n := <-ch:
+			if ok(n) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no %s within 10s", what)
+		}
+	}
+}
+
+func TestBroadcastRelease(t *testing.T) {
+	pool := newPool(t, pgURL(t), nil)
+	prefix := freshPrefix()
+	a := newBackend(t, pool, prefix)
+	b, err := pgsimba.New(ctxT(t), pool, pgsimba.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Shutdown)
+	ch, _ := subscribe(t, b)
+	next(t, ch, "empty notice once LISTEN is up", func(n session.Notice) bool { return n.Name == "" })
+
+	ida := open(t, a, 10*time.Second)
+	tok := acquire(t, a, ida, "boss")
+	if err := a.Release(ctxT(t), session.ReleaseRequest{ID: ida, Leases: []session.Lease{{Name: "boss", Token: tok}}}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, "notice for the released name", func(n session.Notice) bool { return n.Name == "boss" })
+
+	// Close announces every lease it frees.
+	acquire(t, a, ida, "c1")
+	acquire(t, a, ida, "c2")
+	if err := a.Close(ctxT(t), ida); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, "notice c1 from Close", func(n session.Notice) bool { return n.Name == "c1" })
+	next(t, ch, "notice c2 from Close", func(n session.Notice) bool { return n.Name == "c2" })
+
+	// A release that does not match announces nothing: only the next
+	// real one arrives.
+	idc := open(t, a, 10*time.Second)
+	tok = acquire(t, a, idc, "m")
+	if err := a.Release(ctxT(t), session.ReleaseRequest{ID: idc, Leases: []session.Lease{{Name: "m", Token: tok + 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(ctxT(t), session.ReleaseRequest{ID: idc, Leases: []session.Lease{{Name: "m", Token: tok}}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-ch:
+		if n.Name != "m" {
+			t.Fatalf("notice %+v, want m (a no-op release must not notify)", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notice for m")
+	}
+}
+
+func TestBroadcastSurvivesConnectionLoss(t *testing.T) {
+	pool := newPool(t, pgURL(t), nil)
+	prefix := freshPrefix()
+	a := newBackend(t, pool, prefix)
+	ch, _ := subscribe(t, a)
+	next(t, ch, "empty notice once LISTEN is up", func(n session.Notice) bool { return n.Name == "" })
+
+	var killed int
+	err := pool.QueryRow(ctxT(t), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE query = $1 AND pid <> pg_backend_pid()`, fmt.Sprintf(`LISTEN "%s_released"`, prefix)).Scan(&killed)
+	if err != nil || killed != 1 {
+		t.Fatalf("terminating the listening connection: killed %d, %v; want 1", killed, err)
+	}
+	// After reconnecting, the backend says notices may have been lost.
+	next(t, ch, "empty notice after the reconnect", func(n session.Notice) bool { return n.Name == "" })
+	id := open(t, a, 10*time.Second)
+	tok := acquire(t, a, id, "after")
+	if err := a.Release(ctxT(t), session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: "after", Token: tok}}}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, "notice on the new connection", func(n session.Notice) bool { return n.Name == "after" })
+}
+
+func TestSubscribeStop(t *testing.T) {
+	pool := newPool(t, pgURL(t), nil)
+	prefix := freshPrefix()
+	a := newBackend(t, pool, prefix)
+	var stopped, late atomic.Bool
+	stop, err := a.Subscribe(func(n session.Notice) {
+		if stopped.Load() {
+			late.Store(true)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	stopped.Store(true)
+	stop() // a second stop is harmless
+
+	// A witness subscribed on another backend value sees the release, so by
+	// then the stopped one would have seen it too.
+	w, err := pgsimba.New(ctxT(t), pool, pgsimba.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Shutdown)
+	ch, _ := subscribe(t, w)
+	next(t, ch, "witness LISTEN up", func(n session.Notice) bool { return n.Name == "" })
+	id := open(t, a, 10*time.Second)
+	tok := acquire(t, a, id, "q")
+	if err := a.Release(ctxT(t), session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: "q", Token: tok}}}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, "witness notice", func(n session.Notice) bool { return n.Name == "q" })
+	if late.Load() {
+		t.Fatal("fn called after stop returned")
+	}
+	a.Shutdown()
+	if _, err := a.Subscribe(func(session.Notice) {}); err == nil {
+		t.Fatal("Subscribe after Shutdown succeeded")
+	}
+}
+
+// One renewal is one round trip whatever the number of leases, and lists
+// them only when the owned set changed.
+func TestRenewIsOneRoundTrip(t *testing.T) {
+	var wc wireCounter
+	pool := newPool(t, pgURL(t)+"&pool_max_conns=1", &wc)
+	b := newBackend(t, pool, "")
+	id := open(t, b, 30*time.Second)
+	for _, n := range []int{1, 100, 10000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			names := make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprintf("r%d-%05d", n, i)
+			}
+			if _, err := b.Acquire(ctxT(t), session.AcquireRequest{ID: id, Names: names}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Renew(ctxT(t), session.RenewRequest{ID: id}); err != nil { // warm: statement prepared
+				t.Fatal(err)
+			}
+			wc.reset()
+			full, err := b.Renew(ctxT(t), session.RenewRequest{ID: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if trips := wc.trips.Load(); trips != 1 {
+				t.Errorf("full renewal: %d round trips, want 1", trips)
+			}
+			if len(full.Leases) < n {
+				t.Errorf("full renewal listed %d leases, want ≥ %d", len(full.Leases), n)
+			}
+			wc.reset()
+			short, err := b.Renew(ctxT(t), session.RenewRequest{ID: id, KnownVersion: full.Version})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if trips := wc.trips.Load(); trips != 1 || short.Full {
+				t.Errorf("renewal at a known version: %d round trips, full %v; want 1, false", trips, short.Full)
+			}
+			if got := wc.received.Load(); got > 512 {
+				t.Errorf("renewal at a known version received %d bytes, want a small constant", got)
+			}
+		})
+	}
+}
