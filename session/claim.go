@@ -20,6 +20,16 @@ type ClaimHandler interface {
 	// by the claim (a voluntary handover still waiting for its task); the
 	// handover then ends without a release.
 	Lost(t *term.Term, reason term.RevokeReason)
+	// Closed reports that the session closed: the claim is over.
+	Closed()
+}
+
+// Refusals is implemented by a ClaimHandler that wants to know when an
+// attempt of the claim did not win (a lock's TryAcquire): err is nil when
+// another session holds the lease, else why the attempt failed. Refused
+// runs with the engine's lock held.
+type Refusals interface {
+	Refused(err error)
 }
 
 // Describer is implemented by a ClaimHandler that reports itself in
@@ -128,22 +138,23 @@ func (c *Claim) Revoke(reason term.RevokeReason) *term.Term {
 
 // Release gives the current term's lease back, carrying its token, after
 // revoking the term if it was not already. done, if not nil, runs with the
-// lock held when the backend has answered (or the call failed or the
-// session ended): deliver OnRevoked from there. It reports whether a lease
-// was released.
+// lock held when the backend has answered (or the call failed, or the
+// session ended, or at once if no lease is held): deliver OnRevoked from
+// there. It reports whether a release was sent.
 func (c *Claim) Release(reason term.RevokeReason, done func()) bool {
 	h := c.held
-	if h == nil {
-		return false
-	}
-	c.held = nil
-	c.s.revoke(c, h, reason)
-	if h.inc.over {
+	if h == nil || h.inc.over {
+		c.held = nil
+		if h != nil {
+			c.s.revoke(c, h, reason)
+		}
 		if done != nil {
 			done()
 		}
 		return false
 	}
+	c.held = nil
+	c.s.revoke(c, h, reason)
 	c.s.release(h.inc, Lease{Name: c.name, Token: h.token}, done)
 	if c.want {
 		c.s.armCandidate()

@@ -30,19 +30,24 @@ func (s *Session) open() {
 			}
 			return
 		}
-		if timedOut {
-			err = context.DeadlineExceeded
+		failure := context.DeadlineExceeded
+		if !timedOut {
+			failure = err
+			if err == nil {
+				failure = s.opened(sentAt, reply)
+			}
 		}
-		if err == nil {
-			err = s.opened(sentAt, reply)
-		}
-		if err != nil {
+		if failure != nil {
 			s.openFails++
 			backoff := s.cfg.MinBackoff << min(s.openFails-1, 16)
 			backoff = min(backoff, s.cfg.RenewInterval)
-			s.emit(Event{Kind: SessionSuspended, Err: err})
+			s.emit(Event{Kind: SessionSuspended, Err: failure})
 			var t timer
 			s.after(&t, backoff, s.open)
+		}
+	}, func() {
+		if err == nil {
+			s.closeLater(reply.ID) // opened too late to use
 		}
 	})
 }
@@ -126,7 +131,7 @@ func (s *Session) renew(inc *incarnation) {
 		default:
 			s.renewed(inc, sentAt, sentSeq, reply)
 		}
-	})
+	}, nil)
 }
 
 func (s *Session) renewed(inc *incarnation, sentAt time.Time, sentSeq uint64, r RenewReply) {
@@ -258,7 +263,7 @@ func (s *Session) expire(inc *incarnation, reason term.RevokeReason) {
 
 // closeLater closes a backend session that is no longer ours, best effort.
 func (s *Session) closeLater(id ID) {
-	s.call(func(ctx context.Context) { _ = s.b.Close(ctx, id) }, func(bool) {})
+	s.call(func(ctx context.Context) { _ = s.b.Close(ctx, id) }, func(bool) {}, nil)
 }
 
 // revoke ends a held term for reason and publishes it. Lock held.
@@ -330,23 +335,33 @@ func (s *Session) pumpAcquire() {
 		reply, err = s.b.Acquire(ctx, req)
 	}, func(timedOut bool) {
 		s.acquiring = false
+		failure := context.DeadlineExceeded
+		if !timedOut {
+			failure = err
+		}
 		for _, c := range s.order {
-			if c.attempt == attempt && (timedOut || err != nil) {
+			if c.attempt == attempt && failure != nil {
 				c.attempt = 0
+				if r, ok := c.h.(Refusals); ok {
+					r.Refused(failure)
+				}
 			}
 		}
 		switch {
-		case timedOut:
-		case errors.Is(err, ErrExpired):
+		case errors.Is(failure, ErrExpired):
 			if !inc.over {
 				s.expire(inc, term.SessionExpired)
 			}
-		case err != nil:
+		case failure != nil:
 		default:
 			s.acquired(inc, attempt, reply)
 		}
 		s.pumpAcquire()
 		s.armCandidate()
+	}, func() {
+		if err == nil {
+			s.acquired(inc, attempt, reply) // no attempt is current: wins are released
+		}
 	})
 }
 
@@ -365,6 +380,9 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, r AcquireReply) {
 			c.attempt = 0
 		}
 		if res.Token == 0 {
+			if r, ok := c.h.(Refusals); current && ok {
+				r.Refused(res.Err)
+			}
 			continue
 		}
 		if c != nil && c.held != nil && c.held.inc == inc && c.held.token == res.Token {
@@ -426,7 +444,7 @@ func (s *Session) pumpRelease() {
 			d()
 		}
 		s.pumpRelease()
-	})
+	}, nil)
 }
 
 // notice answers a release notice from the backend with an attempt.

@@ -62,9 +62,3 @@ func (l *lifeline) end() {
 	l.over = true
 	l.mu.Unlock()
 }
-
-func (l *lifeline) at() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.deadline
-}

@@ -215,6 +215,7 @@ func (s *Session) Close() error {
 			s.revoke(c, h, term.Stopped)
 			c.h.Lost(h.t, term.Stopped)
 		}
+		c.h.Closed()
 	}
 	if inc != nil {
 		inc.over = true
@@ -346,6 +347,13 @@ func (s *Session) InCallback(ctx context.Context) bool {
 
 type markerKey struct{}
 
+// FromContext returns the session that handed out ctx (a term's context or
+// one derived from it), or nil.
+func FromContext(ctx context.Context) *Session {
+	s, _ := ctx.Value(markerKey{}).(*Session)
+	return s
+}
+
 // after arms t to run f with the lock held after d. Lock held.
 func (s *Session) after(t *timer, d time.Duration, f func()) {
 	s.stopTimer(t)
@@ -384,28 +392,33 @@ func (s *Session) stopTimer(t *timer) {
 }
 
 // call runs a backend call with a timeout of one renewal period in force.
-// reply runs with the lock held, at most once: with timedOut true if the
-// timeout came first (the call's context is then cancelled and its late
-// result ignored). Lock held.
-func (s *Session) call(op func(ctx context.Context), reply func(timedOut bool)) {
+// reply runs with the lock held, once: with timedOut true if the timeout
+// came first (the call's context is then cancelled). If the real reply
+// comes after the timeout, late (if not nil) runs with the lock held: a
+// late win must still be given back. Lock held.
+func (s *Session) call(op func(ctx context.Context), reply func(timedOut bool), late func()) {
 	ctx, cancel := context.WithCancel(s.root)
 	var t timer
 	finished := false
-	finish := func(timedOut bool) {
-		if finished {
-			return
+	s.after(&t, s.renewEvery, func() {
+		if !finished {
+			finished = true
+			cancel()
+			reply(true)
 		}
-		finished = true
-		s.stopTimer(&t)
-		cancel()
-		reply(timedOut)
-	}
-	s.after(&t, s.renewEvery, func() { finish(true) })
+	})
 	s.wg.Add(1)
 	s.env.Call(func() { op(ctx) }, func() {
 		defer s.wg.Done()
 		s.mu.Lock()
-		finish(false)
+		if !finished {
+			finished = true
+			s.stopTimer(&t)
+			cancel()
+			reply(false)
+		} else if late != nil && s.state != Closed {
+			late()
+		}
 		s.mu.Unlock()
 		s.drain()
 	})

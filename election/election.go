@@ -1,0 +1,427 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/term"
+)
+
+// Errors of the election API.
+var (
+	// ErrAlreadyStarted: an election (or lock) of that name is already
+	// started on the session.
+	ErrAlreadyStarted = session.ErrAlreadyStarted
+	// ErrWouldBlockSelf: Stop, StepDown or Close was called from one of
+	// the election's own callbacks or tasks; the handover was started but
+	// not waited for, since it waits for that very callback or task.
+	ErrWouldBlockSelf = session.ErrWouldBlockSelf
+	// ErrStopped: the election has been stopped.
+	ErrStopped = errors.New("simba: election stopped")
+)
+
+// Status is an election's state, as Snapshot reports it.
+type Status int
+
+// The states of an election (design-notes §2):
+//
+//	STOPPED --Start--> CANDIDATE --won a term--> LEADER
+//	LEADER --lost involuntarily--> CANDIDATE
+//	LEADER or CANDIDATE --StepDown(cooldown)--> COOLDOWN --cooldown over--> CANDIDATE
+//	any --Stop--> STOPPED
+//	OnElected refused by the executor --> COOLDOWN for one lease duration
+const (
+	Stopped Status = iota
+	Candidate
+	Leader
+	Cooldown
+)
+
+var statusNames = [...]string{"STOPPED", "CANDIDATE", "LEADER", "COOLDOWN"}
+
+// String returns the status's name, such as "LEADER".
+func (s Status) String() string {
+	if s >= 0 && int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return fmt.Sprintf("Status(%d)", int(s))
+}
+
+// MarshalText encodes the status as its name.
+func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Election competes for one lease name on a session and reports its terms
+// to a Listener. Create it with [Start].
+type Election struct {
+	s        *session.Session
+	c        *session.Claim
+	name     string
+	listener Listener
+	queue    *serial
+	tasks    []Task
+	oneTerm  bool
+	kind     string
+	spawn    func(t *term.Term, task Task, done func())
+
+	// Guarded by the session's lock (session.Do).
+	status   Status
+	term     *term.Term
+	ts       *termState // delivery state of term
+	running  int        // tasks of term still running
+	hand     *handover
+	cooldown func() bool
+	stopping chan struct{} // closed when Stop has completed
+	onRefuse func(error)
+}
+
+// termState tracks one term's callbacks: if the executor refused its
+// OnElected, its OnRevoked is not delivered either, so callbacks stay paired.
+type termState struct {
+	t       *term.Term
+	refused atomic.Bool
+}
+
+// handover is a voluntary end of a term in progress.
+type handover struct {
+	t      *term.Term
+	reason term.RevokeReason
+	bound  func() bool // the wait-for-tasks bound timer
+	done   func()      // completes the handover (release, OnRevoked, finish)
+}
+
+// Start starts an election for name on s: it becomes a CANDIDATE and
+// attempts at once. It fails with ErrAlreadyStarted if name is already
+// started on s, and with an error wrapping deadline.ErrInvalidName for an
+// invalid name.
+func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
+	o := options{exec: Goroutines{}, kind: "election"}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.listener == nil {
+		o.listener = Funcs{}
+	}
+	e := &Election{
+		s:        s,
+		name:     name,
+		listener: o.listener,
+		queue:    &serial{s: s, exec: o.exec},
+		tasks:    o.tasks,
+		oneTerm:  o.oneTerm,
+		kind:     o.kind,
+		onRefuse: o.onRefuse,
+	}
+	e.spawn = e.goTask
+	c, err := s.Claim(name, e)
+	if err != nil {
+		return nil, fmt.Errorf("simba: start election: %w", err)
+	}
+	e.c = c
+	s.Do(func() {
+		e.status = Candidate
+		c.Want(true)
+	})
+	return e, nil
+}
+
+// Name is the lease name the election competes for.
+func (e *Election) Name() string { return e.name }
+
+// Status is the election's state.
+func (e *Election) Status() Status {
+	var st Status
+	e.s.Do(func() { st = e.status })
+	return st
+}
+
+// Term is the current term, or nil when not leader. Check Valid before
+// acting on it; pass its token to the resources you write.
+func (e *Election) Term() *term.Term {
+	var t *term.Term
+	e.s.Do(func() {
+		if e.status == Leader {
+			t = e.term
+		}
+	})
+	return t
+}
+
+// Describe reports the election in the session's Snapshot.
+func (e *Election) Describe() (kind, status string) { return e.kind, e.status.String() }
+
+// Won is called by the session when a term begins.
+func (e *Election) Won(t *term.Term) {
+	if e.status != Candidate || e.stopping != nil {
+		// Not competing any more (a step-down raced the reply): give it back.
+		e.c.Release(term.SteppedDown, nil)
+		return
+	}
+	ts := &termState{t: t}
+	e.status = Leader
+	e.term = t
+	e.ts = ts
+	e.running = 0
+	e.s.Defer(func() {
+		e.queue.push(item{
+			run: func() {
+				e.listener.OnElected(t)
+				e.s.Do(func() { e.startTasks(t) })
+			},
+			refused: func(err error) {
+				ts.refused.Store(true)
+				e.refused(t, err)
+			},
+		})
+	})
+}
+
+// refused handles an executor that refused OnElected: nobody learned of
+// the term, so its task never starts and its OnRevoked is not delivered;
+// the election steps down for one lease duration.
+func (e *Election) refused(t *term.Term, err error) {
+	e.s.Do(func() {
+		if e.onRefuse != nil {
+			e.onRefuse(err)
+		}
+		if e.term != t || e.status != Leader {
+			return
+		}
+		e.term = nil
+		e.c.Release(term.SteppedDown, nil)
+		e.enterCooldown(e.s.Config().LeaseDuration)
+	})
+}
+
+// Lost is called by the session when a term ends involuntarily (or the
+// session closed).
+func (e *Election) Lost(t *term.Term, reason term.RevokeReason) {
+	if h := e.hand; h != nil && h.t == t {
+		// A voluntary handover was waiting for the task: the lease is gone,
+		// so there is nothing left to release.
+		h.done()
+		return
+	}
+	if e.term != t {
+		return
+	}
+	e.term = nil
+	e.revoked(e.ts, reason)
+	switch {
+	case reason == term.Stopped: // the session is closing; Closed follows
+	case e.oneTerm:
+		e.status = Stopped
+		e.c.Drop()
+	case e.status == Leader:
+		e.status = Candidate
+	}
+}
+
+// Closed is called by the session when it closes: the election is over.
+func (e *Election) Closed() {
+	e.stopCooldown()
+	e.status = Stopped
+	e.term = nil
+}
+
+// revoked queues OnRevoked for a term, unless its OnElected was refused.
+// Lock held.
+func (e *Election) revoked(ts *termState, reason term.RevokeReason) {
+	e.s.Defer(func() {
+		e.queue.push(item{run: func() {
+			if !ts.refused.Load() {
+				e.listener.OnRevoked(ts.t, reason)
+			}
+		}, refused: func(error) {}})
+	})
+}
+
+// Stop ends the election: the term, if any, is revoked with STOPPED; the
+// lease is kept until the election's tasks have returned or the session's
+// local deadline passes, whichever is first; then it is released and
+// OnRevoked delivered. Stop waits for all that, or for ctx. Called from the
+// election's own callback or task, it does not wait and returns
+// ErrWouldBlockSelf. Nothing is delivered to the listener once Stop has
+// completed.
+func (e *Election) Stop(ctx context.Context) error {
+	return e.wait(ctx, e.stop())
+}
+
+// Close is Stop without a deadline, for io.Closer.
+func (e *Election) Close() error { return e.Stop(context.Background()) }
+
+// StepDown gives up the current term (revoked with STEPPED_DOWN, in the
+// same handover order as Stop) and stops competing for cooldown, counted
+// from now; then the election is a CANDIDATE again. Use it to move
+// leadership off a node before a deploy. It waits for the handover like
+// Stop.
+func (e *Election) StepDown(ctx context.Context, cooldown time.Duration) error {
+	return e.wait(ctx, e.stepDown(cooldown))
+}
+
+func (e *Election) wait(ctx context.Context, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	if e.s.InCallback(ctx) {
+		return ErrWouldBlockSelf
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("simba: waiting for the handover of %q: %w", e.name, context.Cause(ctx))
+	}
+}
+
+// stop starts the stop and returns a channel closed when it completes.
+func (e *Election) stop() <-chan struct{} {
+	var ch chan struct{}
+	e.s.Do(func() {
+		if e.stopping != nil {
+			ch = e.stopping
+			return
+		}
+		ch = make(chan struct{})
+		e.stopping = ch
+		e.stopCooldown()
+		e.status = Stopped
+		e.c.Want(false)
+		finish := func() {
+			e.c.Drop()
+			e.s.Defer(func() {
+				e.queue.whenIdle(func() {
+					e.queue.close()
+					close(ch)
+				})
+			})
+		}
+		if !e.handOver(term.Stopped, finish) {
+			finish()
+		}
+	})
+	return ch
+}
+
+func (e *Election) stepDown(cooldown time.Duration) <-chan struct{} {
+	ch := make(chan struct{})
+	e.s.Do(func() {
+		if e.stopping != nil {
+			close(ch)
+			return
+		}
+		finish := func() {
+			e.s.Defer(func() { e.queue.whenIdle(func() { close(ch) }) })
+		}
+		e.enterCooldown(cooldown)
+		if !e.handOver(term.SteppedDown, finish) {
+			finish()
+		}
+	})
+	return ch
+}
+
+// handOver revokes the current term for a voluntary reason and releases
+// its lease once its tasks have returned or the session's local deadline
+// passes, then delivers OnRevoked and calls finish. It reports false if
+// there was no term. Lock held.
+func (e *Election) handOver(reason term.RevokeReason, finish func()) bool {
+	t := e.term
+	if t == nil {
+		if h := e.hand; h != nil {
+			prev := h.done
+			h.done = func() { prev(); finish() }
+			return true
+		}
+		return false
+	}
+	bound := t.Remaining() // the term's remaining time: the most a task may delay the handover
+	ts := e.ts
+	e.term = nil
+	e.c.Revoke(reason)
+	h := &handover{t: t, reason: reason}
+	e.hand = h
+	completed := false
+	h.done = func() {
+		if completed {
+			return
+		}
+		completed = true
+		if h.bound != nil {
+			h.bound()
+		}
+		e.hand = nil
+		after := func() {
+			e.revoked(ts, reason)
+			finish()
+		}
+		if e.c.Term() == t {
+			e.c.Release(reason, after)
+		} else {
+			after() // the lease is gone already
+		}
+	}
+	if e.running == 0 || bound <= 0 {
+		h.done()
+		return true
+	}
+	h.bound = e.s.Env().AfterFunc(bound, func() { e.s.Do(h.done) })
+	return true
+}
+
+func (e *Election) enterCooldown(d time.Duration) {
+	e.stopCooldown()
+	e.status = Cooldown
+	e.c.Want(false)
+	e.cooldown = e.s.Env().AfterFunc(d, func() {
+		e.s.Do(func() {
+			if e.status != Cooldown {
+				return
+			}
+			e.cooldown = nil
+			e.status = Candidate
+			e.c.Want(true)
+		})
+	})
+}
+
+func (e *Election) stopCooldown() {
+	if e.cooldown != nil {
+		e.cooldown()
+		e.cooldown = nil
+	}
+}
+
+// startTasks starts the election's tasks for t, unless t has already
+// ended. Lock held.
+func (e *Election) startTasks(t *term.Term) {
+	if e.term != t || !t.Valid() {
+		return
+	}
+	for _, task := range e.tasks {
+		e.running++
+		e.spawn(t, task, func() {
+			e.s.Do(func() {
+				if e.term == t || e.hand != nil && e.hand.t == t {
+					e.running--
+					if e.running == 0 && e.hand != nil && e.hand.t == t {
+						e.hand.done()
+					}
+				}
+			})
+		})
+	}
+}
+
+// goTask runs a task on a session goroutine under the term's context.
+func (e *Election) goTask(t *term.Term, task Task, done func()) {
+	e.s.Go(func() {
+		defer done()
+		_ = task(t.Context(), t)
+	})
+}

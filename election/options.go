@@ -1,0 +1,122 @@
+package election
+
+import (
+	"context"
+	"time"
+
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/term"
+)
+
+// Listener hears about an election's terms. Every OnElected(t) is followed
+// by exactly one OnRevoked(t, reason) for the same term. The callbacks of
+// one election run one at a time, in order, over its Executor, with no
+// engine lock held; they may call the election (StepDown, Stop) but then do
+// not wait for the handover, which waits for them.
+type Listener interface {
+	OnElected(t *term.Term)
+	OnRevoked(t *term.Term, reason term.RevokeReason)
+}
+
+// Funcs adapts a pair of functions to a Listener; a nil field is skipped.
+type Funcs struct {
+	Elected func(t *term.Term)
+	Revoked func(t *term.Term, reason term.RevokeReason)
+}
+
+// OnElected calls f.Elected.
+func (f Funcs) OnElected(t *term.Term) {
+	if f.Elected != nil {
+		f.Elected(t)
+	}
+}
+
+// OnRevoked calls f.Revoked.
+func (f Funcs) OnRevoked(t *term.Term, r term.RevokeReason) {
+	if f.Revoked != nil {
+		f.Revoked(t, r)
+	}
+}
+
+// Task is leader work: it runs for each term under the term's context,
+// which is cancelled (with the RevokeReason as its cause) when the term
+// ends. A voluntary handover (Stop, StepDown) keeps the lease until the
+// task returns or the session's local deadline passes, so the next leader's
+// task never overlaps it. Returning early does not give up leadership.
+type Task func(ctx context.Context, t *term.Term) error
+
+// An Option configures an election.
+type Option func(*options)
+
+type options struct {
+	listener Listener
+	exec     Executor
+	tasks    []Task
+	oneTerm  bool
+	kind     string
+	onRefuse func(error)
+}
+
+// WithListener sets the election's listener.
+func WithListener(l Listener) Option { return func(o *options) { o.listener = l } }
+
+// WithExecutor runs the election's callbacks on x instead of a goroutine
+// each. [Direct] runs them on the engine's goroutine.
+func WithExecutor(x Executor) Option {
+	return func(o *options) {
+		if x != nil {
+			o.exec = x
+		}
+	}
+}
+
+// RunWhileLeader runs task for every term the election wins.
+func RunWhileLeader(task Task) Option {
+	return func(o *options) { o.tasks = append(o.tasks, task) }
+}
+
+// Every runs job every interval while the election is leader, under the
+// term's context: a leader-only scheduled job. Runs never overlap (the next
+// interval is counted from the end of the previous run); while not leader
+// nothing runs and nothing is queued. The first run starts when the term
+// begins. An error from job is passed to onError (if not nil) and does not
+// stop the schedule.
+func Every(interval time.Duration, job Task, onError func(error)) Option {
+	return RunWhileLeader(func(ctx context.Context, t *term.Term) error {
+		for {
+			if err := job(ctx, t); err != nil && onError != nil && ctx.Err() == nil {
+				onError(err)
+			}
+			tick, stop := after(ctx, interval)
+			select {
+			case <-ctx.Done():
+				stop()
+				return nil
+			case <-tick:
+			}
+		}
+	})
+}
+
+// OnRefused calls f, with the engine's lock held, when the executor refuses
+// an OnElected (the election then steps down for one lease duration). For
+// logging and tests.
+func OnRefused(f func(err error)) Option { return func(o *options) { o.onRefuse = f } }
+
+// SingleTerm makes the election take only one term: when it ends, for any
+// reason, the election stops and its name is released for good. Package
+// lock is built on it; kind names the entry in Snapshot (e.g. "lock").
+func SingleTerm(kind string) Option {
+	return func(o *options) { o.oneTerm, o.kind = true, kind }
+}
+
+// after returns a channel closed d from now on the clock of the session
+// that handed out ctx (virtual time in tests), and a function to stop it.
+func after(ctx context.Context, d time.Duration) (<-chan struct{}, func() bool) {
+	ch := make(chan struct{})
+	fire := func() { close(ch) }
+	if s := session.FromContext(ctx); s != nil {
+		return ch, s.Env().AfterFunc(d, fire)
+	}
+	return ch, time.AfterFunc(d, fire).Stop
+}
