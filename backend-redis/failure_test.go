@@ -1,0 +1,168 @@
+package redisbackend_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/simba-go/simba/session"
+)
+
+// callTimeout stands for the engine's renewal period: it bounds each call.
+const callTimeout = 300 * time.Millisecond
+
+// timed runs op under a callTimeout context and returns its error and how
+// long it took.
+func timed(op func(ctx context.Context) error) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	start := time.Now()
+	err := op(ctx)
+	return time.Since(start), err
+}
+
+func TestFailureRedisPaused(t *testing.T) {
+	s := startServer(t)
+	b := newBackend(t, s.client(s.addr()), namespace(t))
+	lease := 2 * time.Second
+	id := open(t, b, lease)
+	tok := acquire(t, b, id, "x")[0]
+
+	s.pause()
+	took, err := timed(func(ctx context.Context) error {
+		_, err := b.Renew(ctx, session.RenewRequest{ID: id})
+		return err
+	})
+	if err == nil || took > callTimeout+200*time.Millisecond {
+		t.Fatalf("Renew on a paused Redis: err %v after %v, want an error within %v", err, took, callTimeout)
+	}
+	took, err = timed(func(ctx context.Context) error {
+		_, err := b.Acquire(ctx, session.AcquireRequest{ID: id, Names: []string{"y"}})
+		return err
+	})
+	if err == nil || took > callTimeout+200*time.Millisecond {
+		t.Fatalf("Acquire on a paused Redis: err %v after %v, want an error within %v", err, took, callTimeout)
+	}
+	s.resume()
+	// A pause shorter than the lease: the session is still alive at Redis
+	// and still owns x under the same token.
+	r := renew(t, b, id, 0)
+	if len(r.Leases) != 1 || r.Leases[0].Token != tok {
+		t.Fatalf("after a short pause: %+v, want x under token %d", r, tok)
+	}
+
+	// A pause longer than the lease: Redis's clock ran on, so the session
+	// is gone when Redis wakes, and x is free for the next session.
+	s.pause()
+	waitTimer(lease + 200*time.Millisecond)
+	s.resume()
+	if _, err := b.Renew(ctxT(t), session.RenewRequest{ID: id}); !errors.Is(err, session.ErrExpired) {
+		t.Fatalf("Renew after a pause longer than the lease = %v, want ErrExpired", err)
+	}
+	o := open(t, b, lease)
+	if got := acquire(t, b, o, "x")[0]; got <= tok {
+		t.Fatalf("token after the owner expired = %d, want > %d", got, tok)
+	}
+}
+
+func TestFailureRedisRestartedEmpty(t *testing.T) {
+	s := startServer(t)
+	b := newBackend(t, s.client(s.addr()), namespace(t))
+	id := open(t, b, 5*time.Second)
+	var last uint64
+	for i := 0; i < 5; i++ {
+		last = acquire(t, b, id, "x")[0]
+		release(t, b, id, "x", last)
+	}
+	last = acquire(t, b, id, "x")[0]
+
+	s.restartEmpty()
+	// The data loss shows as an expired session: the engine opens a new one.
+	if _, err := b.Renew(ctxT(t), session.RenewRequest{ID: id}); !errors.Is(err, session.ErrExpired) {
+		t.Fatalf("Renew after a restart without data = %v, want ErrExpired", err)
+	}
+	o := open(t, b, 5*time.Second)
+	tok := acquire(t, b, o, "x")[0]
+	if tok <= last {
+		t.Fatalf("token after the restart = %d, want > %d (tokens never go back)", tok, last)
+	}
+
+	// FLUSHALL is the same loss without a restart.
+	if err := s.client(s.addr()).FlushAll(ctxT(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	o2 := open(t, b, 5*time.Second)
+	if tok2 := acquire(t, b, o2, "x")[0]; tok2 <= tok {
+		t.Fatalf("token after FLUSHALL = %d, want > %d", tok2, tok)
+	}
+}
+
+// TestFailureStaleReplicaState puts the namespace back to an earlier state,
+// as a failover to a replica that missed the latest writes would: the lease
+// record and its last token roll back, yet new tokens stay above every
+// token handed out before.
+func TestFailureStaleReplicaState(t *testing.T) {
+	forModes(t, func(t *testing.T, c redis.UniversalClient) {
+		ns := namespace(t)
+		b := newBackend(t, c, ns)
+		id := open(t, b, 5*time.Second)
+		first := acquire(t, b, id, "x")[0]
+		key := "simba:{" + ns + "}:l:x"
+		snapshot, err := c.Dump(ctxT(t), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last uint64
+		release(t, b, id, "x", first)
+		for i := 0; i < 20; i++ {
+			last = acquire(t, b, id, "x")[0]
+			release(t, b, id, "x", last)
+		}
+		// Roll back: the old record (owned by id under the first token).
+		if err := c.RestoreReplace(ctxT(t), key, 0, snapshot).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Close(ctxT(t), id); err != nil {
+			t.Fatal(err)
+		}
+		o := open(t, b, 5*time.Second)
+		if tok := acquire(t, b, o, "x")[0]; tok <= last {
+			t.Fatalf("token after the rollback = %d, want > %d", tok, last)
+		}
+	})
+}
+
+func TestFailureConnectionCutAndRestored(t *testing.T) {
+	s := startServer(t)
+	p := startProxy(t, s.addr())
+	b := newBackend(t, s.client(p.addr()), namespace(t))
+	lease := 3 * time.Second
+	id := open(t, b, lease)
+	tok := acquire(t, b, id, "x")[0]
+	got := subscribe(t, b)
+
+	p.setCut(true)
+	took, err := timed(func(ctx context.Context) error {
+		_, err := b.Renew(ctx, session.RenewRequest{ID: id})
+		return err
+	})
+	if err == nil || took > callTimeout+200*time.Millisecond {
+		t.Fatalf("Renew while cut: err %v after %v, want an error within %v", err, took, callTimeout)
+	}
+	p.setCut(false)
+	// Restored within the lease: the session goes on at Redis with its lease.
+	r := renew(t, b, id, 0)
+	if len(r.Leases) != 1 || r.Leases[0] != (session.Lease{Name: "x", Token: tok}) {
+		t.Fatalf("after the cut: %+v, want x under token %d", r, tok)
+	}
+	if r.Remaining <= lease-time.Second {
+		t.Fatalf("Remaining after renewal = %v, want near %v", r.Remaining, lease)
+	}
+	// The subscription came back and said notices may have been lost.
+	got.await(t, "with an empty name after the link came back", func(n session.Notice) bool { return n.Name == "" })
+	release(t, b, id, "x", tok)
+	got.await(t, "for x after the link came back", func(n session.Notice) bool { return n.Name == "x" })
+}

@@ -1,0 +1,120 @@
+package redisbackend
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/session"
+)
+
+func TestValidateNamespace(t *testing.T) {
+	cases := []struct {
+		ns string
+		ok bool
+	}{
+		{"billing", true},
+		{"a", true},
+		{"A-b_c.9", true},
+		{strings.Repeat("n", 64), true},
+		{"", false},
+		{strings.Repeat("n", 65), false},
+		{"a{b", false},
+		{"a}b", false},
+		{"a:b", false},
+		{"a b", false},
+		{"a*b", false},
+		{"é", false},
+		{"a\x00", false},
+	}
+	for _, c := range cases {
+		err := ValidateNamespace(c.ns)
+		if c.ok && err != nil {
+			t.Errorf("ValidateNamespace(%q) = %v, want nil", c.ns, err)
+		}
+		if !c.ok && !errors.Is(err, ErrInvalidNamespace) {
+			t.Errorf("ValidateNamespace(%q) = %v, want ErrInvalidNamespace", c.ns, err)
+		}
+	}
+}
+
+func FuzzValidateNamespace(f *testing.F) {
+	for _, s := range []string{"billing", "", "a{b}", "a:b", strings.Repeat("x", 65), "a b", "\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ns string) {
+		if ValidateNamespace(ns) != nil {
+			return
+		}
+		// A valid namespace yields keys with exactly one hash tag, the
+		// namespace itself, and no separator inside it.
+		k := newKeys(ns)
+		if strings.Count(k.session, "{") != 1 || strings.Count(k.session, "}") != 1 {
+			t.Fatalf("namespace %q gives key %q with more than one hash tag", ns, k.session)
+		}
+		tag := k.prefix[strings.Index(k.prefix, "{")+1 : strings.Index(k.prefix, "}")]
+		if tag != ns || strings.ContainsAny(ns, ": \r\n") || len(ns) > MaxNamespaceLen {
+			t.Fatalf("namespace %q: tag %q", ns, tag)
+		}
+	})
+}
+
+func FuzzParseNotice(f *testing.F) {
+	for _, s := range []string{"x", "a b c", "", "  ", "bad/name ok", "..", "a\tb\nc"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, payload string) {
+		names := parseNotice(payload)
+		fields := strings.Fields(payload)
+		if len(names) > len(fields) {
+			t.Fatalf("%d names from %d fields", len(names), len(fields))
+		}
+		for _, n := range names {
+			if err := deadline.ValidateName(n); err != nil {
+				t.Fatalf("parseNotice(%q) kept invalid %q: %v", payload, n, err)
+			}
+			if !strings.Contains(payload, n) {
+				t.Fatalf("parseNotice(%q) invented %q", payload, n)
+			}
+		}
+	})
+}
+
+func FuzzParseRenew(f *testing.F) {
+	f.Add(int64(1500), "3", "#v", "3", "x", "17", true)
+	f.Add(int64(-2), "0", "a", "", "b", "x", false)
+	f.Fuzz(func(t *testing.T, ttl int64, v, k1, v1, k2, v2 string, full bool) {
+		res := []any{ttl, v}
+		if full {
+			res = append(res, []any{k1, v1, k2, v2})
+		}
+		rep, err := parseRenew(res)
+		if err != nil {
+			return
+		}
+		if rep.Version == 0 || rep.Remaining < 0 || rep.Full != full {
+			t.Fatalf("parseRenew(%v) = %+v", res, rep)
+		}
+		for _, l := range rep.Leases {
+			if l.Token == 0 || strings.HasPrefix(l.Name, "#") {
+				t.Fatalf("parseRenew(%v) kept lease %+v", res, l)
+			}
+		}
+	})
+}
+
+func TestValidID(t *testing.T) {
+	for id, want := range map[session.ID]bool{
+		"0123456789abcdef0123456789abcdef":  true,
+		"0123456789ABCDEF0123456789abcdef":  false,
+		"0123456789abcdef0123456789abcde":   false,
+		"0123456789abcdef0123456789abcdef0": false,
+		"0123456789abcdef0123456789abcde}":  false,
+		"":                                  false,
+	} {
+		if got := validID(id); got != want {
+			t.Errorf("validID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}
