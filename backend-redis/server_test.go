@@ -114,7 +114,7 @@ func (s *server) restartEmpty() {
 func (s *server) client(addr string) redis.UniversalClient {
 	c := redis.NewClient(&redis.Options{
 		Addr: addr, ContextTimeoutEnabled: true,
-		MaxRetries: -1, // the engine retries; a hidden retry would outlive its deadline
+		MaxRetries:  -1, // the engine retries; a hidden retry would outlive its deadline
 		DialTimeout: 500 * time.Millisecond,
 	})
 	s.t.Cleanup(func() { _ = c.Close() })
