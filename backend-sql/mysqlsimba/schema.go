@@ -1,0 +1,194 @@
+package mysqlsimba
+
+// schema is the namespace's tables and procedures, one statement each (the
+// driver sends statements one at a time, so no DELIMITER is needed). "{p}"
+// is the validated table prefix (core.Expand); nothing else is interpolated.
+// Every statement is idempotent, and they run under GET_LOCK so that many
+// processes may start at once.
+//
+// Time is UTC_TIMESTAMP(6): microseconds, independent of the connection's
+// time_zone, and, inside a procedure, read afresh by each statement, so a
+// statement that follows a lock wait sees the time after the wait (NOW()
+// in a stored function would be frozen at the call). expires_at holds UTC.
+//
+// Each procedure runs its own READ COMMITTED transaction, so every read
+// sees the latest commit, like PostgreSQL's default. Procedures are
+// suffixed _v1 so that a later release can add _v2 beside them.
+var schema = []string{`
+CREATE TABLE IF NOT EXISTS {p}_sessions (
+    id         CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
+    expires_at DATETIME(6) NOT NULL,
+    lease_us   BIGINT NOT NULL,
+    version    BIGINT NOT NULL
+) ENGINE=InnoDB`, `
+CREATE TABLE IF NOT EXISTS {p}_leases (
+    name       VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
+    session_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NULL,
+    token      BIGINT NOT NULL,
+    KEY session_idx (session_id)
+) ENGINE=InnoDB`, `
+CREATE PROCEDURE IF NOT EXISTS {p}_open_v1(IN p_id CHAR(32), IN p_lease_us BIGINT)
+BEGIN
+    DECLARE v_exp DATETIME(6);
+    -- An expired session answers "expired" whether or not its row exists,
+    -- so expired rows may go, a few per open.
+    DELETE FROM {p}_sessions WHERE expires_at < UTC_TIMESTAMP(6) LIMIT 100;
+    SET v_exp = UTC_TIMESTAMP(6) + INTERVAL p_lease_us MICROSECOND;
+    INSERT INTO {p}_sessions (id, expires_at, lease_us, version) VALUES (p_id, v_exp, p_lease_us, 1);
+    SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), v_exp) AS remaining_us;
+END`, `
+CREATE PROCEDURE IF NOT EXISTS {p}_renew_v1(IN p_id CHAR(32), IN p_known BIGINT)
+BEGIN
+    DECLARE v_exp DATETIME(6) DEFAULT NULL;
+    DECLARE v_lease BIGINT;
+    DECLARE v_ver BIGINT;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    -- Lock, then read the clock: a renewal that waited for the lock judges
+    -- expiry by the time it got it, so it never revives a session that
+    -- expired meanwhile (and lost its leases to others).
+    SELECT expires_at, lease_us, version INTO v_exp, v_lease, v_ver
+      FROM {p}_sessions WHERE id = p_id FOR UPDATE;
+    IF v_exp IS NULL OR v_exp <= UTC_TIMESTAMP(6) THEN
+        COMMIT;
+        SELECT NULL AS remaining_us, NULL AS version, NULL AS name, NULL AS token FROM DUAL WHERE FALSE;
+    ELSE
+        SET v_exp = UTC_TIMESTAMP(6) + INTERVAL v_lease MICROSECOND;
+        UPDATE {p}_sessions SET expires_at = v_exp WHERE id = p_id;
+        IF v_ver = p_known THEN
+            SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), v_exp) AS remaining_us,
+                   v_ver AS version, NULL AS name, NULL AS token;
+        ELSE
+            -- Acquire and release change the version last, under this
+            -- row's lock, which this transaction holds: the list matches.
+            SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), v_exp) AS remaining_us,
+                   v_ver AS version, NULL AS name, NULL AS token
+            UNION ALL
+            SELECT NULL, NULL, l.name, l.token FROM {p}_leases l WHERE l.session_id = p_id;
+        END IF;
+        COMMIT;
+    END IF;
+END`, `
+CREATE PROCEDURE IF NOT EXISTS {p}_acquire_v1(IN p_id CHAR(32), IN p_names LONGTEXT)
+BEGIN
+    DECLARE v_pos BIGINT DEFAULT 1;
+    DECLARE v_end BIGINT;
+    DECLARE v_name VARCHAR(128);
+    DECLARE v_owner CHAR(32);
+    DECLARE v_token BIGINT;
+    DECLARE v_alive INT;
+    DECLARE v_won INT DEFAULT 0;
+    DECLARE v_new INT;
+    DECLARE v_out LONGTEXT DEFAULT '';
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6);
+    IF v_alive = 0 THEN
+        COMMIT;
+        SELECT NULL AS tokens FROM DUAL WHERE FALSE;
+    ELSE
+        -- p_names is sorted and comma-separated (names cannot hold a
+        -- comma), so concurrent calls lock lease rows in one order.
+        WHILE v_pos <= CHAR_LENGTH(p_names) DO
+            SET v_end = LOCATE(',', p_names, v_pos);
+            IF v_end = 0 THEN
+                SET v_end = CHAR_LENGTH(p_names) + 1;
+            END IF;
+            SET v_name = SUBSTRING(p_names, v_pos, v_end - v_pos);
+            SET v_pos = v_end + 1;
+            SET v_owner = NULL, v_token = NULL, v_new = 0;
+            SELECT session_id, token INTO v_owner, v_token FROM {p}_leases WHERE name = v_name FOR UPDATE;
+            IF v_token IS NULL THEN
+                -- A new name starts at the clock in microseconds, so tokens
+                -- keep rising even if the table was emptied (ADR 0031).
+                -- ON DUPLICATE KEY: another call may insert it first.
+                INSERT INTO {p}_leases (name, session_id, token)
+                VALUES (v_name, p_id, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)))
+                ON DUPLICATE KEY UPDATE token = token;
+                SELECT session_id, token INTO v_owner, v_token FROM {p}_leases WHERE name = v_name FOR UPDATE;
+                IF v_owner = p_id THEN
+                    SET v_new = 1, v_won = 1;
+                END IF;
+            END IF;
+            IF v_new = 0 AND NOT (v_owner <=> p_id) THEN
+                SET v_alive = 0;
+                IF v_owner IS NOT NULL THEN
+                    SELECT COUNT(*) INTO v_alive FROM {p}_sessions
+                     WHERE id = v_owner AND expires_at > UTC_TIMESTAMP(6);
+                    IF v_alive = 0 THEN
+                        -- Looks expired. A renewal may be in flight: its
+                        -- row lock conflicts with this share lock, so wait
+                        -- for it and look again. (Only here: locking live
+                        -- owners would let two candidates deadlock.)
+                        SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = v_owner LOCK IN SHARE MODE;
+                        SELECT COUNT(*) INTO v_alive FROM {p}_sessions
+                         WHERE id = v_owner AND expires_at > UTC_TIMESTAMP(6);
+                    END IF;
+                END IF;
+                IF v_alive = 0 THEN
+                    UPDATE {p}_leases
+                       SET session_id = p_id,
+                           token = GREATEST(token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)))
+                     WHERE name = v_name;
+                    SELECT token INTO v_token FROM {p}_leases WHERE name = v_name;
+                    SET v_won = 1;
+                ELSE
+                    SET v_token = 0;
+                END IF;
+            END IF;
+            SET v_out = CONCAT(v_out, IF(v_out = '', '', ','), v_token);
+        END WHILE;
+        IF v_won = 1 THEN
+            UPDATE {p}_sessions SET version = version + 1 WHERE id = p_id;
+        END IF;
+        COMMIT;
+        SELECT v_out AS tokens;
+    END IF;
+END`, `
+CREATE PROCEDURE IF NOT EXISTS {p}_release_v1(IN p_id CHAR(32), IN p_names LONGTEXT, IN p_tokens LONGTEXT)
+BEGIN
+    DECLARE v_pos BIGINT DEFAULT 1;
+    DECLARE v_tpos BIGINT DEFAULT 1;
+    DECLARE v_end BIGINT;
+    DECLARE v_tend BIGINT;
+    DECLARE v_name VARCHAR(128);
+    DECLARE v_token BIGINT;
+    DECLARE v_n INT DEFAULT 0;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    WHILE v_pos <= CHAR_LENGTH(p_names) DO
+        SET v_end = LOCATE(',', p_names, v_pos);
+        IF v_end = 0 THEN
+            SET v_end = CHAR_LENGTH(p_names) + 1;
+        END IF;
+        SET v_tend = LOCATE(',', p_tokens, v_tpos);
+        IF v_tend = 0 THEN
+            SET v_tend = CHAR_LENGTH(p_tokens) + 1;
+        END IF;
+        SET v_name = SUBSTRING(p_names, v_pos, v_end - v_pos);
+        SET v_token = CAST(SUBSTRING(p_tokens, v_tpos, v_tend - v_tpos) AS SIGNED);
+        SET v_pos = v_end + 1, v_tpos = v_tend + 1;
+        -- The token is kept: the next term of this name counts up from it.
+        UPDATE {p}_leases SET session_id = NULL
+         WHERE name = v_name AND token = v_token AND session_id = p_id;
+        SET v_n = v_n + ROW_COUNT();
+    END WHILE;
+    IF v_n > 0 THEN
+        UPDATE {p}_sessions SET version = version + 1 WHERE id = p_id;
+    END IF;
+    COMMIT;
+END`, `
+CREATE PROCEDURE IF NOT EXISTS {p}_close_v1(IN p_id CHAR(32))
+BEGIN
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    -- Through the session index, rows come (and are locked) in name order.
+    UPDATE {p}_leases SET session_id = NULL WHERE session_id = p_id ORDER BY name;
+    DELETE FROM {p}_sessions WHERE id = p_id;
+    COMMIT;
+END`,
+}

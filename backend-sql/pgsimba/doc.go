@@ -1,0 +1,22 @@
+// Package pgsimba is the Simba backend for PostgreSQL, through pgx/v5.
+//
+// [New] takes the user's *pgxpool.Pool ([Connect] takes a connection
+// string) and a table prefix (the namespace), and creates two tables and
+// five PL/pgSQL functions if they are missing ([Schema] returns the SQL).
+// Each backend call is one statement, so one round trip; expiry and the
+// remaining duration are computed in SQL from clock_timestamp(), never
+// now() (frozen at the transaction's start), and the client never compares
+// its clock with a database timestamp.
+//
+// The backend implements session.Broadcaster: a release (or a session
+// close) sends pg_notify on [Channel] in the same transaction, and one
+// dedicated connection per Backend value LISTENs for it, so a waiting
+// candidate takes over at once instead of at its next periodic attempt.
+// The listening connection is re-established after a loss, and each time
+// it is, subscribers get an empty Notice (notifications are hints; some
+// may have been lost) so that every waiting candidate attempts at once.
+//
+// Tokens rise strictly per name and survive releases (a released lease
+// keeps its row and token) and even an emptied table (new rows start from
+// the clock in microseconds); see docs/adr/0031-sql-tokens.md.
+package pgsimba
