@@ -131,6 +131,9 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 // Name is the lease name the election competes for.
 func (e *Election) Name() string { return e.name }
 
+// Session is the session the election runs on.
+func (e *Election) Session() *session.Session { return e.s }
+
 // Status is the election's state.
 func (e *Election) Status() Status {
 	var st Status

@@ -6,6 +6,7 @@ require (
 	github.com/simba-go/simba/deadline v0.0.0
 	github.com/simba-go/simba/session v0.0.0
 	github.com/simba-go/simba/term v0.0.0
+	go.uber.org/goleak v1.3.0
 )
 
 replace github.com/simba-go/simba/session => ../session
