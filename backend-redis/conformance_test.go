@@ -1,0 +1,86 @@
+package redisbackend_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	redisbackend "github.com/simba-go/simba/backend-redis"
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/backendtest"
+)
+
+// kitLease is the lease the conformance kit asks for.
+const kitLease = 2 * time.Second
+
+// kitConfig runs the kit with one new Redis client (and Backend) per kit
+// client, as separate processes would have. dial returns a new client.
+func kitConfig(dial func(t *testing.T) redis.UniversalClient) backendtest.Config {
+	return backendtest.Config{
+		NewBackend: func(t *testing.T, ns string) session.Backend {
+			return newBackend(t, dial(t), ns)
+		},
+		Lease: kitLease,
+	}
+}
+
+// deleteKitKeys deletes every key of the kit's namespaces ("kt…"): the
+// data loss a restart without persistence causes, limited to the kit so
+// that the shared server's other users keep their data.
+func deleteKitKeys(ctx context.Context, c *redis.Client) error {
+	iter := c.Scan(ctx, 0, "simba:{kt*", 1000).Iterator()
+	for iter.Next(ctx) {
+		if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+			return err
+		}
+	}
+	return iter.Err()
+}
+
+func TestConformanceStandalone(t *testing.T) {
+	cfg := kitConfig(func(t *testing.T) redis.UniversalClient { return standalone(t) })
+	cfg.LoseData = func(t *testing.T) {
+		if err := deleteKitKeys(ctxT(t), standalone(t).(*redis.Client)); err != nil {
+			t.Fatalf("losing data: %v", err)
+		}
+	}
+	backendtest.Run(t, cfg)
+}
+
+func TestConformanceCluster(t *testing.T) {
+	cfg := kitConfig(func(t *testing.T) redis.UniversalClient { return cluster(t) })
+	cfg.LoseData = func(t *testing.T) {
+		if err := cluster(t).(*redis.ClusterClient).ForEachMaster(ctxT(t), deleteKitKeys); err != nil {
+			t.Fatalf("losing data: %v", err)
+		}
+	}
+	backendtest.Run(t, cfg)
+}
+
+// TestConformanceRestartedServer runs the kit on a private redis-server
+// whose data loss is a real restart without persistence.
+func TestConformanceRestartedServer(t *testing.T) {
+	s := startServer(t)
+	cfg := kitConfig(func(t *testing.T) redis.UniversalClient { return s.client(s.addr()) })
+	cfg.LoseData = func(t *testing.T) { s.restartEmpty() }
+	backendtest.Run(t, cfg)
+}
+
+// TestNewAcceptsUniversalClient checks that the client
+// redis.NewUniversalClient builds (what applications that may use Sentinel
+// or Cluster call) is accepted.
+func TestNewAcceptsUniversalClient(t *testing.T) {
+	addr := os.Getenv(envAddr)
+	if addr == "" {
+		t.Fatalf("%s is not set: run ./scripts/services.sh start and source .services/env", envAddr)
+	}
+	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(addr, ","), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := redisbackend.New(c, "universal"); err != nil {
+		t.Fatalf("New(NewUniversalClient) = %v", err)
+	}
+}
