@@ -68,14 +68,15 @@ type Election struct {
 	spawn    func(t *term.Term, task Task, done func())
 
 	// Guarded by the session's lock (session.Do).
-	status   Status
-	term     *term.Term
-	ts       *termState // delivery state of term
-	running  int        // tasks of term still running
-	hand     *handover
-	cooldown func() bool
-	stopping chan struct{} // closed when Stop has completed
-	onRefuse func(error)
+	status    Status
+	term      *term.Term
+	ts        *termState // delivery state of term
+	running   int        // tasks of term still running
+	hand      *handover
+	cooldown  func() bool
+	stopping  chan struct{} // closed when Stop has completed
+	onRefuse  func(error)
+	onAttempt func(error)
 }
 
 // termState tracks one term's callbacks: if the executor refused its
@@ -106,14 +107,15 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 		o.listener = Funcs{}
 	}
 	e := &Election{
-		s:        s,
-		name:     name,
-		listener: o.listener,
-		queue:    &serial{s: s, exec: o.exec},
-		tasks:    o.tasks,
-		oneTerm:  o.oneTerm,
-		kind:     o.kind,
-		onRefuse: o.onRefuse,
+		s:         s,
+		name:      name,
+		listener:  o.listener,
+		queue:     &serial{s: s, exec: o.exec},
+		tasks:     o.tasks,
+		oneTerm:   o.oneTerm,
+		kind:      o.kind,
+		onRefuse:  o.onRefuse,
+		onAttempt: o.onAttempt,
 	}
 	e.spawn = e.goTask
 	c, err := s.Claim(name, e)
@@ -151,6 +153,13 @@ func (e *Election) Term() *term.Term {
 		}
 	})
 	return t
+}
+
+// Refused is called by the session when an attempt did not win.
+func (e *Election) Refused(err error) {
+	if e.onAttempt != nil {
+		e.onAttempt(err)
+	}
 }
 
 // Describe reports the election in the session's Snapshot.

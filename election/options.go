@@ -49,12 +49,13 @@ type Task func(ctx context.Context, t *term.Term) error
 type Option func(*options)
 
 type options struct {
-	listener Listener
-	exec     Executor
-	tasks    []Task
-	oneTerm  bool
-	kind     string
-	onRefuse func(error)
+	listener  Listener
+	exec      Executor
+	tasks     []Task
+	oneTerm   bool
+	kind      string
+	onRefuse  func(error)
+	onAttempt func(error)
 }
 
 // WithListener sets the election's listener.
@@ -102,6 +103,12 @@ func Every(interval time.Duration, job Task, onError func(error)) Option {
 // an OnElected (the election then steps down for one lease duration). For
 // logging and tests.
 func OnRefused(f func(err error)) Option { return func(o *options) { o.onRefuse = f } }
+
+// OnAttempt calls f, with the engine's lock held, when an acquisition
+// attempt of the election did not win: err is nil when another session
+// holds the lease, else why the attempt failed. Package lock's TryAcquire
+// uses it.
+func OnAttempt(f func(err error)) Option { return func(o *options) { o.onAttempt = f } }
 
 // SingleTerm makes the election take only one term: when it ends, for any
 // reason, the election stops and its name is released for good. Package

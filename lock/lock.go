@@ -1,0 +1,113 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/simba-go/simba/election"
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/term"
+)
+
+// ErrNotAcquired is returned by TryAcquire when another session holds the
+// lock.
+var ErrNotAcquired = errors.New("simba: lock held by another session")
+
+// Held is a held lock: one term of the lock's name. Close it to release
+// the lock in handover order.
+type Held struct {
+	e *election.Election
+	t *term.Term
+}
+
+// Acquire blocks until the lock name is held by this session, or ctx ends.
+// It fails with an error wrapping election.ErrAlreadyStarted if the same
+// name is already locked or being acquired on this session.
+func Acquire(ctx context.Context, s *session.Session, name string) (*Held, error) {
+	return acquire(ctx, s, name, false)
+}
+
+// TryAcquire makes one attempt to acquire the lock and returns at once
+// with ErrNotAcquired if another session holds it. ctx bounds the attempt.
+func TryAcquire(ctx context.Context, s *session.Session, name string) (*Held, error) {
+	return acquire(ctx, s, name, true)
+}
+
+// waiter receives the lock's first term or the first refusal.
+type waiter struct {
+	once sync.Once
+	won  chan *term.Term
+	err  chan error
+}
+
+func (w *waiter) OnElected(t *term.Term) { w.once.Do(func() { w.won <- t }) }
+
+func (w *waiter) OnRevoked(*term.Term, term.RevokeReason) {}
+
+func acquire(ctx context.Context, s *session.Session, name string, try bool) (*Held, error) {
+	w := &waiter{won: make(chan *term.Term, 1), err: make(chan error, 1)}
+	opts := []election.Option{election.SingleTerm("lock"), election.WithListener(w), election.WithExecutor(election.Direct{})}
+	if try {
+		opts = append(opts, election.OnAttempt(func(err error) {
+			select {
+			case w.err <- err:
+			default:
+			}
+		}))
+	}
+	e, err := election.Start(s, name, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("simba: lock %q: %w", name, err)
+	}
+	select {
+	case t := <-w.won:
+		return &Held{e: e, t: t}, nil
+	case err := <-w.err:
+		_ = e.Stop(context.Background())
+		select {
+		case t := <-w.won: // won in the same breath: keep it
+			if t.Valid() {
+				return &Held{e: e, t: t}, nil
+			}
+		default:
+		}
+		if err == nil {
+			return nil, fmt.Errorf("%w: %q", ErrNotAcquired, name)
+		}
+		return nil, fmt.Errorf("simba: lock %q: %w", name, err)
+	case <-ctx.Done():
+		_ = e.Stop(context.Background())
+		return nil, fmt.Errorf("simba: lock %q: %w", name, context.Cause(ctx))
+	}
+}
+
+// Name is the lock's name.
+func (h *Held) Name() string { return h.t.Name() }
+
+// Token is the term's fencing token.
+func (h *Held) Token() uint64 { return h.t.Token() }
+
+// Valid reports whether the lock is still held: not released, and the
+// session's local deadline has not passed.
+func (h *Held) Valid() bool { return h.t.Valid() }
+
+// Remaining is the time until the session's local deadline, or zero once
+// the lock is lost.
+func (h *Held) Remaining() time.Duration { return h.t.Remaining() }
+
+// EnsureValid returns an error matching term.ErrExpired unless the lock will
+// stay held for more than min.
+func (h *Held) EnsureValid(min time.Duration) error { return h.t.EnsureValid(min) }
+
+// Term is the lock's term: its Context is cancelled when the lock is lost.
+func (h *Held) Term() *term.Term { return h.t }
+
+// Done is closed when the lock is lost or released.
+func (h *Held) Done() <-chan struct{} { return h.t.Done() }
+
+// Close releases the lock: the term is revoked (STOPPED), then the lease
+// released with its token. Safe to call more than once.
+func (h *Held) Close() error { return h.e.Close() }

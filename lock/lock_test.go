@@ -1,0 +1,134 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/simba-go/simba/lock"
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/memory"
+	"github.com/simba-go/simba/term"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func open(t *testing.T, b session.Backend) *session.Session {
+	t.Helper()
+	s, err := session.Open(context.Background(), b, session.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestAcquireTryAcquireClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.New()
+		s1, s2 := open(t, b), open(t, b.NewClient())
+		ctx := context.Background()
+		h1, err := lock.Acquire(ctx, s1, "nightly")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !h1.Valid() || h1.Token() == 0 || h1.Name() != "nightly" {
+			t.Fatalf("held: valid %v token %d name %q", h1.Valid(), h1.Token(), h1.Name())
+		}
+		if _, err := lock.TryAcquire(ctx, s2, "nightly"); !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("TryAcquire of a held lock = %v, want ErrNotAcquired", err)
+		}
+		if _, _, ok := b.Owner("nightly"); !ok {
+			t.Fatal("the failed TryAcquire released the holder's lease")
+		}
+		got := make(chan *lock.Held, 1)
+		go func() {
+			h, err := lock.Acquire(ctx, s2, "nightly")
+			if err != nil {
+				t.Error(err)
+			}
+			got <- h
+		}()
+		synctest.Wait()
+		select {
+		case <-got:
+			t.Fatal("Acquire returned while the lock is held")
+		default:
+		}
+		if err := h1.Close(); err != nil {
+			t.Fatal(err)
+		}
+		h2 := <-got
+		if h2.Token() <= h1.Token() || h1.Valid() || h1.Term().Reason() != term.Stopped {
+			t.Fatalf("after handover: tokens %d -> %d, old valid %v reason %v", h1.Token(), h2.Token(), h1.Valid(), h1.Term().Reason())
+		}
+		if err := h2.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, ok := b.Owner("nightly"); ok {
+			t.Fatal("lock still owned after Close")
+		}
+	})
+}
+
+func TestLockLostIsReleasedForGood(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.New()
+		s := open(t, b)
+		h, err := lock.Acquire(context.Background(), s, "nightly")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Expire(s.ID())
+		<-time.After(time.Minute)
+		synctest.Wait()
+		select {
+		case <-h.Done():
+		default:
+			t.Fatal("Done not closed after the session expired")
+		}
+		if h.Valid() || !errors.Is(h.EnsureValid(0), term.ErrExpired) || !errors.Is(h.EnsureValid(0), term.SessionExpired) {
+			t.Fatal("the lost lock still looks held")
+		}
+		if _, _, ok := b.Owner("nightly"); ok {
+			t.Fatal("the lock was taken again by itself: a lock takes one term only")
+		}
+		if len(s.Snapshot().Entries) != 0 {
+			t.Fatalf("snapshot still lists the lock: %+v", s.Snapshot().Entries)
+		}
+		// It can be acquired anew.
+		h2, err := lock.Acquire(context.Background(), s, "nightly")
+		if err != nil || h2.Token() <= h.Token() {
+			t.Fatalf("re-acquire: %v, token %d after %d", err, h2.Token(), h.Token())
+		}
+		_ = h2.Close()
+	})
+}
+
+func TestAcquireGivesUpWithContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.New()
+		s1, s2 := open(t, b), open(t, b.NewClient())
+		h, err := lock.Acquire(context.Background(), s1, "nightly")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := lock.Acquire(ctx, s2, "nightly"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire past ctx = %v, want DeadlineExceeded", err)
+		}
+		if len(s2.Snapshot().Entries) != 0 {
+			t.Fatal("the abandoned Acquire left its election behind")
+		}
+		// Locking the same name twice on one session is refused.
+		if _, err := lock.Acquire(context.Background(), s1, "nightly"); !errors.Is(err, session.ErrAlreadyStarted) {
+			t.Fatalf("Acquire of a name held on the same session = %v, want ErrAlreadyStarted", err)
+		}
+	})
+}
