@@ -22,6 +22,7 @@ func TestCutHolderExpiresAndWatchHandsOver(t *testing.T) {
 	b := newBackend(t, srv, root)
 	const timeout = 2 * time.Second
 	sa, sb := open(t, a, timeout), open(t, b, timeout)
+	keepAlive(t, b, sb.ID, timeout/5)
 	tokA := acquire(t, a, sa.ID, "x")[0].Token
 	freed := notices(t, b, "x")
 	if got := acquire(t, b, sb.ID, "x")[0].Token; got != 0 {

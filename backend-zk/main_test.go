@@ -156,3 +156,30 @@ func (c *cutter) Heal() {
 }
 
 var _ zk.Dialer = (&cutter{}).dial
+
+// keepAlive renews id every period until the test ends, as the engine
+// would: the backend ends a session that is not renewed within its
+// timeout.
+func keepAlive(t testing.TB, b *zkbackend.Backend, id session.ID, period time.Duration) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				ctx, cancel := context.WithTimeout(context.Background(), period)
+				_, err := b.Renew(ctx, session.RenewRequest{ID: id})
+				cancel()
+				if errors.Is(err, session.ErrExpired) || errors.Is(err, session.ErrClosed) {
+					return
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}

@@ -35,10 +35,12 @@ type zsession struct {
 	readyMu sync.Once
 
 	mu        sync.Mutex
-	owned     map[string]uint64   // lease name → token (czxid)
-	version   uint64              // version of owned; bumped on every change
-	armed     map[string]struct{} // names with an exists watch armed on the server
-	uncertain map[string]struct{} // names whose create or own-watch failed without a known outcome
+	owned     map[string]uint64          // lease name → token (czxid)
+	version   uint64                     // version of owned; bumped on every change
+	armed     map[string]struct{}        // names with an exists watch armed on the server
+	uncertain map[string]struct{}        // names whose create or own-watch failed without a known outcome
+	lastRenew time.Time                  // when the last successful renewal (or Open) was called
+	watchdog  atomic.Pointer[time.Timer] // fires timeout after lastRenew: fireWatchdog
 }
 
 func formatID(sid int64) session.ID {
@@ -46,6 +48,7 @@ func formatID(sid int64) session.ID {
 }
 
 func (b *Backend) dialSession(ctx context.Context, lease time.Duration) (*zsession, error) {
+	calledAt := time.Now()
 	s := &zsession{
 		b:         b,
 		log:       b.cfg.logger,
@@ -77,6 +80,13 @@ func (b *Backend) dialSession(ctx context.Context, lease time.Duration) (*zsessi
 	}
 	s.id = formatID(s.sid.Load())
 	s.log = s.log.With("session", s.id)
+	s.mu.Lock()
+	s.lastRenew = calledAt
+	s.watchdog.Store(time.AfterFunc(time.Until(calledAt.Add(s.timeout())), s.fireWatchdog))
+	s.mu.Unlock()
+	if s.isGone() {
+		s.stopWatchdog()
+	}
 	if b.cfg.user != "" {
 		if _, err := call(ctx, &b.wg, func() (struct{}, error) {
 			return struct{}{}, conn.AddAuth("digest", []byte(b.cfg.user+":"+b.cfg.password))
@@ -177,6 +187,7 @@ func (s *zsession) markExpired(why string) {
 		s.log.Warn("zkbackend: session expired", "why", why)
 	}
 	s.goneMu.Do(func() { close(s.gone) })
+	s.stopWatchdog()
 	s.b.forget(s)
 	if c := s.conn.Load(); c != nil {
 		// Close from another goroutine: this may run on go-zookeeper's
@@ -186,11 +197,20 @@ func (s *zsession) markExpired(why string) {
 	}
 }
 
+// stopWatchdog stops the timer without taking mu (markExpired may run
+// with mu held).
+func (s *zsession) stopWatchdog() {
+	if w := s.watchdog.Load(); w != nil {
+		w.Stop()
+	}
+}
+
 func (s *zsession) close(ctx context.Context) error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
 	s.goneMu.Do(func() { close(s.gone) })
+	s.stopWatchdog()
 	c := s.conn.Load()
 	if c == nil {
 		return nil
@@ -234,23 +254,97 @@ func (s *zsession) ensureRoot(ctx context.Context) error {
 	return s.classify(err)
 }
 
-// renew sends the one renewal request; see Backend.Renew.
+// renew sends the one renewal request; see Backend.Renew. A request lost
+// to a dropped connection is sent again (go-zookeeper queues it until it
+// has reconnected, to the same session) until ctx ends: a renewal proves
+// the session alive whenever it succeeds, so a retry is as good as the
+// first try.
 func (s *zsession) renew(ctx context.Context) error {
+	calledAt := time.Now()
 	if err := s.resolve(ctx); err != nil {
 		return err
 	}
 	conn := s.conn.Load()
 	check := &zk.CheckVersionRequest{Path: s.b.root, Version: -1}
+	rootFixed := false
 	for attempt := 0; ; attempt++ {
 		_, err := call(ctx, &s.b.wg, func() ([]zk.MultiResponse, error) { return conn.Multi(check) })
-		if errors.Is(err, zk.ErrNoNode) && attempt == 0 {
+		switch {
+		case err == nil:
+			return s.renewed(calledAt)
+		case errors.Is(err, zk.ErrNoNode) && !rootFixed:
 			// Someone deleted the namespace root: put it back once.
+			rootFixed = true
 			if err := s.ensureRoot(ctx); err != nil {
 				return err
 			}
-			continue
+		case s.transient(err):
+			if err := s.pause(ctx, attempt); err != nil {
+				return err
+			}
+		default:
+			return s.classify(err)
 		}
-		return s.classify(err)
+	}
+}
+
+// renewed records a successful renewal called at calledAt: the watchdog
+// now fires no earlier than calledAt + the negotiated timeout. If the
+// watchdog has already fired, the session is over and the renewal must not
+// be reported as a success.
+func (s *zsession) renewed(calledAt time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.isGone() {
+		return s.classify(errSessionGone)
+	}
+	if calledAt.After(s.lastRenew) {
+		s.lastRenew = calledAt
+	}
+	s.watchdog.Load().Reset(time.Until(s.lastRenew.Add(s.timeout())))
+	return nil
+}
+
+// fireWatchdog ends a session that Simba has not renewed for the whole
+// negotiated timeout. go-zookeeper's own pings would keep the ZooKeeper
+// session alive for as long as the connection lasts, so without this a
+// stuck process that keeps its connection would hold its leases forever
+// (docs/adr/0042-zk-watchdog.md).
+func (s *zsession) fireWatchdog() {
+	s.mu.Lock()
+	if left := time.Until(s.lastRenew.Add(s.timeout())); left > 0 {
+		// A renewal raced with the timer: wait for the rest.
+		s.watchdog.Load().Reset(left)
+		s.mu.Unlock()
+		return
+	}
+	// Under mu, so that a renewal finishing now sees it (renewed).
+	s.markExpired("not renewed within the negotiated session timeout; closing it")
+	s.mu.Unlock()
+}
+
+// transient reports whether err is a lost connection after which the same
+// request may be sent again on the same session.
+func (s *zsession) transient(err error) bool {
+	return !s.isGone() && (errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer))
+}
+
+// pause waits a little before sending a request again after a lost
+// connection, or returns why not.
+func (s *zsession) pause(ctx context.Context, attempt int) error {
+	d := time.Duration(attempt+1) * 20 * time.Millisecond
+	if d > 200*time.Millisecond {
+		d = 200 * time.Millisecond
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-s.gone:
+		return s.classify(errSessionGone)
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 }
 
@@ -319,7 +413,8 @@ func (s *zsession) acquire(ctx context.Context, name string) (uint64, error) {
 	}
 	conn, sid, acl := s.conn.Load(), s.sid.Load(), s.b.cfg.acl
 	data := []byte(s.id)
-	for attempt := 0; attempt < 3; attempt++ {
+	churn, lost := 0, 0
+	for churn < 3 {
 		// create + setData in one multi: the setData's reply carries the
 		// new node's Stat (czxid, ephemeralOwner) in the same round trip.
 		st, err := call(ctx, &s.b.wg, func() (*zk.Stat, error) {
@@ -374,9 +469,17 @@ func (s *zsession) acquire(ctx context.Context, name string) (uint64, error) {
 				s.mu.Lock()
 				delete(s.armed, name)
 				s.mu.Unlock()
+				if s.transient(err) {
+					if err := s.pause(ctx, lost); err != nil {
+						return 0, err
+					}
+					lost++
+					continue
+				}
 				return 0, s.classify(err)
 			}
 			if !r.ok {
+				churn++
 				continue // deleted in between: try to create again
 			}
 			if r.st.EphemeralOwner == sid {
@@ -390,17 +493,26 @@ func (s *zsession) acquire(ctx context.Context, name string) (uint64, error) {
 				return tok, nil
 			}
 			return 0, nil
-		case errors.Is(err, zk.ErrNoNode) && attempt == 0:
+		case errors.Is(err, zk.ErrNoNode):
+			churn++
 			if err := s.ensureRoot(ctx); err != nil {
 				return 0, err
 			}
 		default:
-			// The create may or may not have happened: find out at the
-			// next renewal.
+			// The create may or may not have happened: a retry's
+			// NodeExists is then checked against our session id, and if we
+			// give up, the next renewal finds out (resolve).
+			unsure = true
 			s.mu.Lock()
 			s.uncertain[name] = struct{}{}
 			s.mu.Unlock()
-			return 0, s.classify(err)
+			if !s.transient(err) {
+				return 0, s.classify(err)
+			}
+			if err := s.pause(ctx, lost); err != nil {
+				return 0, err
+			}
+			lost++
 		}
 	}
 	return 0, nil
@@ -440,18 +552,32 @@ func (s *zsession) release(ctx context.Context, l session.Lease) error {
 		return nil // a stale release: the session owns a later term
 	}
 	conn, sid := s.conn.Load(), s.sid.Load()
-	_, err := call(ctx, &s.b.wg, func() (struct{}, error) {
-		if !own {
-			// Not in the owned set (a lost acquisition reply, or already
-			// gone): delete only our node with exactly this token.
-			ok, st, err := conn.Exists(path)
-			if err != nil || !ok || st.EphemeralOwner != sid || uint64(st.Czxid) != l.Token {
-				return struct{}{}, err
+	// blind: the node is in the owned set, which the watch on it keeps
+	// current, so it is this term's node. Otherwise (a lost acquisition
+	// reply, or a retry after a lost connection, when the first delete
+	// may have happened and someone else may own the name now) delete only
+	// after checking owner and czxid.
+	blind := own
+	for attempt := 0; ; attempt++ {
+		_, err := call(ctx, &s.b.wg, func() (struct{}, error) {
+			if !blind {
+				ok, st, err := conn.Exists(path)
+				if err != nil || !ok || st.EphemeralOwner != sid || uint64(st.Czxid) != l.Token {
+					return struct{}{}, err
+				}
 			}
+			return struct{}{}, conn.Delete(path, -1)
+		})
+		if err == nil || errors.Is(err, zk.ErrNoNode) {
+			break
 		}
-		return struct{}{}, conn.Delete(path, -1)
-	})
-	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		if s.transient(err) {
+			blind = false
+			if err := s.pause(ctx, attempt); err != nil {
+				return err
+			}
+			continue
+		}
 		err = s.classify(err)
 		if errors.Is(err, session.ErrExpired) {
 			return nil // the node went with the session
