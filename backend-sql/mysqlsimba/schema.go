@@ -11,6 +11,10 @@ package mysqlsimba
 // statement that follows a lock wait sees the time after the wait (NOW()
 // in a stored function would be frozen at the call). expires_at holds UTC.
 //
+// Every parameter and variable that meets a column is declared ascii_bin
+// like the column: with the server's default collation, MySQL would
+// compare case-insensitively and could not use the primary key.
+//
 // Each procedure runs its own READ COMMITTED transaction, so every read
 // sees the latest commit, like PostgreSQL's default. Procedures are
 // suffixed _v1 so that a later release can add _v2 beside them.
@@ -27,7 +31,7 @@ CREATE TABLE IF NOT EXISTS {p}_leases (
     token      BIGINT NOT NULL,
     KEY session_idx (session_id)
 ) ENGINE=InnoDB`, `
-CREATE PROCEDURE IF NOT EXISTS {p}_open_v1(IN p_id CHAR(32), IN p_lease_us BIGINT)
+CREATE PROCEDURE IF NOT EXISTS {p}_open_v1(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_lease_us BIGINT)
 BEGIN
     DECLARE v_exp DATETIME(6);
     -- An expired session answers "expired" whether or not its row exists,
@@ -37,7 +41,7 @@ BEGIN
     INSERT INTO {p}_sessions (id, expires_at, lease_us, version) VALUES (p_id, v_exp, p_lease_us, 1);
     SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), v_exp) AS remaining_us;
 END`, `
-CREATE PROCEDURE IF NOT EXISTS {p}_renew_v1(IN p_id CHAR(32), IN p_known BIGINT)
+CREATE PROCEDURE IF NOT EXISTS {p}_renew_v1(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_known BIGINT)
 BEGIN
     DECLARE v_exp DATETIME(6) DEFAULT NULL;
     DECLARE v_lease BIGINT;
@@ -70,17 +74,17 @@ BEGIN
         COMMIT;
     END IF;
 END`, `
-CREATE PROCEDURE IF NOT EXISTS {p}_acquire_v1(IN p_id CHAR(32), IN p_names LONGTEXT)
+CREATE PROCEDURE IF NOT EXISTS {p}_acquire_v1(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_names LONGTEXT CHARACTER SET ascii COLLATE ascii_bin)
 BEGIN
     DECLARE v_pos BIGINT DEFAULT 1;
     DECLARE v_end BIGINT;
-    DECLARE v_name VARCHAR(128);
-    DECLARE v_owner CHAR(32);
+    DECLARE v_name VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin;
+    DECLARE v_owner CHAR(32) CHARACTER SET ascii COLLATE ascii_bin;
     DECLARE v_token BIGINT;
     DECLARE v_alive INT;
     DECLARE v_won INT DEFAULT 0;
     DECLARE v_new INT;
-    DECLARE v_out LONGTEXT DEFAULT '';
+    DECLARE v_out LONGTEXT CHARACTER SET ascii COLLATE ascii_bin DEFAULT '';
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
@@ -147,13 +151,13 @@ BEGIN
         SELECT v_out AS tokens;
     END IF;
 END`, `
-CREATE PROCEDURE IF NOT EXISTS {p}_release_v1(IN p_id CHAR(32), IN p_names LONGTEXT, IN p_tokens LONGTEXT)
+CREATE PROCEDURE IF NOT EXISTS {p}_release_v1(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_names LONGTEXT CHARACTER SET ascii COLLATE ascii_bin, IN p_tokens LONGTEXT CHARACTER SET ascii COLLATE ascii_bin)
 BEGIN
     DECLARE v_pos BIGINT DEFAULT 1;
     DECLARE v_tpos BIGINT DEFAULT 1;
     DECLARE v_end BIGINT;
     DECLARE v_tend BIGINT;
-    DECLARE v_name VARCHAR(128);
+    DECLARE v_name VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin;
     DECLARE v_token BIGINT;
     DECLARE v_n INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -181,7 +185,7 @@ BEGIN
     END IF;
     COMMIT;
 END`, `
-CREATE PROCEDURE IF NOT EXISTS {p}_close_v1(IN p_id CHAR(32))
+CREATE PROCEDURE IF NOT EXISTS {p}_close_v1(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin)
 BEGIN
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;

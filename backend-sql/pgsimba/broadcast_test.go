@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/pgsimba"
 	"github.com/simba-go/simba/session"
 )
@@ -45,7 +46,7 @@ func next(t *testing.T, ch <-chan session.Notice, what string, ok func(session.N
 
 func TestBroadcastRelease(t *testing.T) {
 	pool := newPool(t, pgURL(t), nil)
-	prefix := freshPrefix()
+	prefix := sqltest.FreshPrefix()
 	a := newBackend(t, pool, prefix)
 	b, err := pgsimba.New(ctxT(t), pool, pgsimba.WithPrefix(prefix))
 	if err != nil {
@@ -93,7 +94,7 @@ func TestBroadcastRelease(t *testing.T) {
 
 func TestBroadcastSurvivesConnectionLoss(t *testing.T) {
 	pool := newPool(t, pgURL(t), nil)
-	prefix := freshPrefix()
+	prefix := sqltest.FreshPrefix()
 	a := newBackend(t, pool, prefix)
 	ch, _ := subscribe(t, a)
 	next(t, ch, "empty notice once LISTEN is up", func(n session.Notice) bool { return n.Name == "" })
@@ -116,7 +117,7 @@ func TestBroadcastSurvivesConnectionLoss(t *testing.T) {
 
 func TestSubscribeStop(t *testing.T) {
 	pool := newPool(t, pgURL(t), nil)
-	prefix := freshPrefix()
+	prefix := sqltest.FreshPrefix()
 	a := newBackend(t, pool, prefix)
 	var stopped, late atomic.Bool
 	stop, err := a.Subscribe(func(n session.Notice) {
@@ -152,50 +153,5 @@ func TestSubscribeStop(t *testing.T) {
 	a.Shutdown()
 	if _, err := a.Subscribe(func(session.Notice) {}); err == nil {
 		t.Fatal("Subscribe after Shutdown succeeded")
-	}
-}
-
-// One renewal is one round trip whatever the number of leases, and lists
-// them only when the owned set changed.
-func TestRenewIsOneRoundTrip(t *testing.T) {
-	var wc wireCounter
-	pool := newPool(t, pgURL(t)+"&pool_max_conns=1", &wc)
-	b := newBackend(t, pool, "")
-	id := open(t, b, 30*time.Second)
-	for _, n := range []int{1, 100, 10000} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			names := make([]string, n)
-			for i := range names {
-				names[i] = fmt.Sprintf("r%d-%05d", n, i)
-			}
-			if _, err := b.Acquire(ctxT(t), session.AcquireRequest{ID: id, Names: names}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := b.Renew(ctxT(t), session.RenewRequest{ID: id}); err != nil { // warm: statement prepared
-				t.Fatal(err)
-			}
-			wc.reset()
-			full, err := b.Renew(ctxT(t), session.RenewRequest{ID: id})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if trips := wc.trips.Load(); trips != 1 {
-				t.Errorf("full renewal: %d round trips, want 1", trips)
-			}
-			if len(full.Leases) < n {
-				t.Errorf("full renewal listed %d leases, want ≥ %d", len(full.Leases), n)
-			}
-			wc.reset()
-			short, err := b.Renew(ctxT(t), session.RenewRequest{ID: id, KnownVersion: full.Version})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if trips := wc.trips.Load(); trips != 1 || short.Full {
-				t.Errorf("renewal at a known version: %d round trips, full %v; want 1, false", trips, short.Full)
-			}
-			if got := wc.received.Load(); got > 512 {
-				t.Errorf("renewal at a known version received %d bytes, want a small constant", got)
-			}
-		})
 	}
 }

@@ -2,18 +2,16 @@ package pgsimba_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
+	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/pgsimba"
+	"github.com/simba-go/simba/session"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -29,23 +27,16 @@ func pgURL(t testing.TB) string {
 	return u
 }
 
-// newPool returns a pool on SIMBA_POSTGRES_URL, closed when t ends. If
-// counter is not nil, every connection's traffic is counted into it.
-func newPool(t testing.TB, url string, counter *wireCounter) *pgxpool.Pool {
+// newPool returns a pool on url, closed when t ends. If counter is not
+// nil, every connection's traffic is counted into it.
+func newPool(t testing.TB, url string, counter *sqltest.WireCounter) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatalf("ParseConfig: %v", err)
 	}
 	if counter != nil {
-		d := &net.Dialer{}
-		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &countingConn{Conn: c, w: counter}, nil
-		}
+		cfg.ConnConfig.DialFunc = counter.Dialer()
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
@@ -55,23 +46,14 @@ func newPool(t testing.TB, url string, counter *wireCounter) *pgxpool.Pool {
 	return pool
 }
 
-// freshPrefix returns a table prefix no other test uses.
-func freshPrefix() string {
-	var b [5]byte
-	_, _ = rand.Read(b[:])
-	return "t" + hex.EncodeToString(b[:])
-}
-
 // newBackend returns a backend in a fresh namespace (or prefix if given)
 // whose tables and routines are dropped when t ends.
 func newBackend(t testing.TB, pool *pgxpool.Pool, prefix string) *pgsimba.Backend {
 	t.Helper()
 	if prefix == "" {
-		prefix = freshPrefix()
+		prefix = sqltest.FreshPrefix()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	b, err := pgsimba.New(ctx, pool, pgsimba.WithPrefix(prefix))
+	b, err := pgsimba.New(sqltest.Ctx(t), pool, pgsimba.WithPrefix(prefix))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -82,10 +64,11 @@ func newBackend(t testing.TB, pool *pgxpool.Pool, prefix string) *pgsimba.Backen
 	return b
 }
 
+// dropSchema removes a test namespace; prefix comes from FreshPrefix or
+// the kit, both valid prefixes.
 func dropSchema(t testing.TB, pool *pgxpool.Pool, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// prefix comes from freshPrefix or a constant of the test.
 	_, err := pool.Exec(ctx, `
 DROP FUNCTION IF EXISTS `+prefix+`_open_v1, `+prefix+`_renew_v1, `+prefix+`_acquire_v1, `+prefix+`_release_v1, `+prefix+`_close_v1;
 DROP TABLE IF EXISTS `+prefix+`_sessions, `+prefix+`_leases;`)
@@ -94,45 +77,46 @@ DROP TABLE IF EXISTS `+prefix+`_sessions, `+prefix+`_leases;`)
 	}
 }
 
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
+func open(t testing.TB, b session.Backend, lease time.Duration) session.ID {
+	t.Helper()
+	return sqltest.Open(t, b, lease)
 }
 
-// wireCounter counts the traffic of the connections it wraps: bytes each
-// way, and round trips (a write that follows a read starts a new one).
-type wireCounter struct {
-	sent, received, trips atomic.Int64
-	lastWasRead           atomic.Bool
+func acquire(t testing.TB, b session.Backend, id session.ID, name string) uint64 {
+	t.Helper()
+	return sqltest.Acquire(t, b, id, name)
 }
 
-func (w *wireCounter) reset() {
-	w.sent.Store(0)
-	w.received.Store(0)
-	w.trips.Store(0)
-	w.lastWasRead.Store(true)
-}
+func ctxT(t testing.TB) context.Context { return sqltest.Ctx(t) }
 
-type countingConn struct {
-	net.Conn
-	w *wireCounter
-}
-
-func (c *countingConn) Write(p []byte) (int, error) {
-	if c.w.lastWasRead.Swap(false) {
-		c.w.trips.Add(1)
+func harness(t *testing.T) sqltest.Harness {
+	url := pgURL(t)
+	pool := newPool(t, url, nil)
+	return sqltest.Harness{
+		New: func(ctx context.Context, prefix string) (session.Backend, func(), error) {
+			b, err := pgsimba.New(ctx, pool, pgsimba.WithPrefix(prefix))
+			if err != nil {
+				return nil, nil, err
+			}
+			return b, b.Shutdown, nil
+		},
+		NewCounted: func(t *testing.T, w *sqltest.WireCounter) session.Backend {
+			return newBackend(t, newPool(t, url+"&pool_max_conns=1", w), "")
+		},
+		Drop: func(t testing.TB, prefix string) { dropSchema(t, pool, prefix) },
+		LockSession: func(t *testing.T, prefix string, id session.ID) func() {
+			tx, err := pool.Begin(ctxT(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctxT(t), "SELECT 1 FROM "+prefix+"_sessions WHERE id = $1 FOR UPDATE", string(id)); err != nil {
+				t.Fatal(err)
+			}
+			return func() {
+				if err := tx.Rollback(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}
+		},
 	}
-	n, err := c.Conn.Write(p)
-	c.w.sent.Add(int64(n))
-	return n, err
-}
-
-func (c *countingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 {
-		c.w.lastWasRead.Store(true)
-	}
-	c.w.received.Add(int64(n))
-	return n, err
 }

@@ -1,0 +1,55 @@
+package mysqlsimba_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/simba-go/simba/backend-sql/internal/sqltest"
+	"github.com/simba-go/simba/backend-sql/mysqlsimba"
+	"github.com/simba-go/simba/session"
+)
+
+// TestBackend runs the SQL tests both dialects share (see package sqltest).
+func TestBackend(t *testing.T) { sqltest.Run(t, harness(t)) }
+
+// Lease names are case-sensitive, as on every backend: the columns use a
+// binary collation, not MySQL's case-insensitive default.
+func TestNamesAreCaseSensitive(t *testing.T) {
+	b := newBackend(t, newDB(t, dsn(t), nil), "")
+	a, c := sqltest.Open(t, b, 1e10), sqltest.Open(t, b, 1e10)
+	if sqltest.Acquire(t, b, a, "Leader") == 0 || sqltest.Acquire(t, b, c, "leader") == 0 {
+		t.Fatal("Leader and leader must be two different leases")
+	}
+}
+
+func TestSchemaValidatesPrefix(t *testing.T) {
+	if _, err := mysqlsimba.Schema("Bad-Prefix"); err == nil {
+		t.Error("Schema accepted an invalid prefix")
+	}
+	s, err := mysqlsimba.Schema("app")
+	if err != nil || len(s) != 7 || !strings.Contains(s[0], "app_sessions") {
+		t.Errorf("Schema(app) = %d statements, %v", len(s), err)
+	}
+}
+
+func ExampleNew() {
+	ctx := context.Background()
+	db, err := sql.Open("mysql", "root@tcp(127.0.0.1:3306)/test")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer db.Close()
+	b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithPrefix("myapp"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer b.Shutdown()
+	// Hand b to the session engine; it is a session.Backend. Candidates
+	// poll: MySQL has no LISTEN/NOTIFY.
+	var _ session.Backend = b
+}

@@ -1,0 +1,119 @@
+package mysqlsimba_test
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"go.uber.org/goleak"
+
+	"github.com/simba-go/simba/backend-sql/internal/sqltest"
+	"github.com/simba-go/simba/backend-sql/mysqlsimba"
+	"github.com/simba-go/simba/session"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const envDSN = "SIMBA_MYSQL_DSN"
+
+func dsn(t testing.TB) string {
+	t.Helper()
+	d := os.Getenv(envDSN)
+	if d == "" {
+		t.Fatalf("%s is not set: these tests need a MySQL or MariaDB server (run `make services` and source .services/env)", envDSN)
+	}
+	return d
+}
+
+// newDB returns a handle on SIMBA_MYSQL_DSN, closed when t ends. If counter
+// is not nil, every connection's traffic is counted into it.
+func newDB(t testing.TB, dsnText string, counter *sqltest.WireCounter) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsnText)
+	if err != nil {
+		t.Fatalf("ParseDSN: %v", err)
+	}
+	if counter != nil {
+		cfg.DialFunc = counter.Dialer()
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatalf("NewConnector: %v", err)
+	}
+	db := sql.OpenDB(conn)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+
+func newBackend(t testing.TB, db *sql.DB, prefix string) *mysqlsimba.Backend {
+	t.Helper()
+	if prefix == "" {
+		prefix = sqltest.FreshPrefix()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithPrefix(prefix))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		b.Shutdown()
+		dropSchema(t, db, prefix)
+	})
+	return b
+}
+
+// dropSchema removes a test namespace; prefix comes from freshPrefix or
+// the kit, both valid prefixes.
+func dropSchema(t testing.TB, db *sql.DB, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, s := range []string{"open_v1", "renew_v1", "acquire_v1", "release_v1", "close_v1"} {
+		if _, err := db.ExecContext(ctx, "DROP PROCEDURE IF EXISTS "+prefix+"_"+s); err != nil {
+			t.Errorf("drop %s_%s: %v", prefix, s, err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+prefix+"_sessions, "+prefix+"_leases"); err != nil {
+		t.Errorf("drop tables %s: %v", prefix, err)
+	}
+}
+
+func ctxT(t testing.TB) context.Context { return sqltest.Ctx(t) }
+
+func harness(t *testing.T) sqltest.Harness {
+	d := dsn(t)
+	db := newDB(t, d, nil)
+	return sqltest.Harness{
+		New: func(ctx context.Context, prefix string) (session.Backend, func(), error) {
+			b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithPrefix(prefix))
+			if err != nil {
+				return nil, nil, err
+			}
+			return b, b.Shutdown, nil
+		},
+		NewCounted: func(t *testing.T, w *sqltest.WireCounter) session.Backend {
+			cdb := newDB(t, d, w)
+			cdb.SetMaxOpenConns(1)
+			return newBackend(t, cdb, "")
+		},
+		Drop: func(t testing.TB, prefix string) { dropSchema(t, db, prefix) },
+		LockSession: func(t *testing.T, prefix string, id session.ID) func() {
+			tx, err := db.BeginTx(ctxT(t), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.ExecContext(ctxT(t), "SELECT 1 FROM "+prefix+"_sessions WHERE id = ? FOR UPDATE", string(id)); err != nil {
+				t.Fatal(err)
+			}
+			return func() {
+				if err := tx.Rollback(); err != nil {
+					t.Error(err)
+				}
+			}
+		},
+	}
+}
