@@ -48,7 +48,6 @@ func newDB(t testing.TB, dsnText string, counter *sqltest.WireCounter) *sql.DB {
 	return db
 }
 
-
 func newBackend(t testing.TB, db *sql.DB, prefix string) *mysqlsimba.Backend {
 	t.Helper()
 	if prefix == "" {
