@@ -1,0 +1,265 @@
+package redisbackend_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	redisbackend "github.com/simba-go/simba/backend-redis"
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/term"
+)
+
+// Engine-level failure tests: a session.Session on a private redis-server
+// that the test pauses, restarts or cuts off.
+
+// observed wraps the backend to record the last successful renewal (its
+// send time and the remaining time Redis reported) and, when failClose is
+// set, to refuse Close, so that an abandoned session stays on Redis until
+// Redis expires it. Embedding keeps Subscribe, so the engine still finds
+// the Broadcaster.
+type observed struct {
+	*redisbackend.Backend
+	failClose atomic.Bool
+
+	mu     sync.Mutex
+	sentOK time.Time
+	remOK  time.Duration
+}
+
+func (o *observed) record(sent time.Time, rem time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.sentOK, o.remOK = sent, rem
+}
+
+// redisFreesAfter is the earliest time Redis can free the session's leases:
+// Redis ran the last successful renewal after it was sent, and then had
+// remOK left.
+func (o *observed) redisFreesAfter() time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.sentOK.Add(o.remOK)
+}
+
+func (o *observed) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+	sent := time.Now()
+	r, err := o.Backend.Open(ctx, req)
+	if err == nil {
+		o.record(sent, r.Remaining)
+	}
+	return r, err
+}
+
+func (o *observed) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+	sent := time.Now()
+	r, err := o.Backend.Renew(ctx, req)
+	if err == nil {
+		o.record(sent, r.Remaining)
+	}
+	return r, err
+}
+
+var errCloseRefused = errors.New("test: Close refused")
+
+func (o *observed) Close(ctx context.Context, id session.ID) error {
+	if o.failClose.Load() {
+		return errCloseRefused
+	}
+	return o.Backend.Close(ctx, id)
+}
+
+// claimRec is a ClaimHandler that reports terms on channels.
+type claimRec struct {
+	won  chan *term.Term
+	lost chan term.RevokeReason
+}
+
+func newClaimRec() *claimRec {
+	return &claimRec{won: make(chan *term.Term, 16), lost: make(chan term.RevokeReason, 16)}
+}
+
+func (r *claimRec) Won(t *term.Term)                            { r.won <- t }
+func (r *claimRec) Lost(_ *term.Term, reason term.RevokeReason) { r.lost <- reason }
+func (r *claimRec) Closed()                                     {}
+
+func (r *claimRec) awaitWon(t *testing.T, within time.Duration) *term.Term {
+	t.Helper()
+	select {
+	case tm := <-r.won:
+		return tm
+	case <-time.After(within):
+		t.Fatalf("no term won within %v", within)
+		return nil
+	}
+}
+
+func (r *claimRec) awaitLost(t *testing.T, within time.Duration) term.RevokeReason {
+	t.Helper()
+	select {
+	case reason := <-r.lost:
+		return reason
+	case <-time.After(within):
+		t.Fatalf("no term lost within %v", within)
+		return 0
+	}
+}
+
+// events collects a session's events.
+type events chan session.Event
+
+func (ch events) listener(e session.Event) {
+	select {
+	case ch <- e:
+	default:
+	}
+}
+
+func (ch events) await(t *testing.T, kind session.EventKind, within time.Duration) session.Event {
+	t.Helper()
+	timeout := time.After(within)
+	for {
+		select {
+		case e := <-ch:
+			if e.Kind == kind {
+				return e
+			}
+		case <-timeout:
+			t.Fatalf("no %v event within %v", kind, within)
+			return session.Event{}
+		}
+	}
+}
+
+// startEngine opens a session on b with cfg and claims name.
+func startEngine(t *testing.T, b session.Backend, cfg deadline.Config, name string) (*session.Session, *claimRec, events) {
+	t.Helper()
+	ev := make(events, 4096)
+	s, err := session.Open(ctxT(t), b, session.WithConfig(cfg), session.WithListener(ev.listener), session.WithLogger(nil))
+	if err != nil {
+		t.Fatalf("session.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	rec := newClaimRec()
+	c, err := s.Claim(name, rec)
+	if err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
+	s.Do(func() { c.Want(true) })
+	return s, rec, ev
+}
+
+func TestEngineRedisPaused(t *testing.T) {
+	srv := startServer(t)
+	ns := namespace(t)
+	ob := &observed{Backend: newBackend(t, srv.client(srv.addr()), ns)}
+	ob.failClose.Store(true)
+	cfg := deadline.Config{LeaseDuration: 2 * time.Second, RenewInterval: 500 * time.Millisecond}
+	_, rec, ev := startEngine(t, ob, cfg, "x")
+	tm := rec.awaitWon(t, 5*time.Second)
+
+	srv.pause()
+	pausedAt := time.Now()
+	// The renewal in flight (or the next one) times out after the renewal
+	// period: SUSPENDED within two periods of the pause.
+	e := ev.await(t, session.SessionSuspended, 3*time.Second)
+	if d := e.Time.Sub(pausedAt); d > 2*cfg.RenewInterval+200*time.Millisecond {
+		t.Errorf("SUSPENDED %v after the pause, want within two renewal periods (%v)", d, 2*cfg.RenewInterval)
+	}
+	if reason := rec.awaitLost(t, 3*time.Second); reason != term.DeadlinePassed {
+		t.Fatalf("term ended with %v, want DEADLINE_PASSED", reason)
+	}
+	endedAt := time.Now()
+	if tm.Valid() {
+		t.Error("term still valid after DEADLINE_PASSED")
+	}
+	free := ob.redisFreesAfter()
+	if !endedAt.Before(free) {
+		t.Fatalf("DEADLINE_PASSED at %v after Redis could free the lease", endedAt.Sub(free))
+	}
+	t.Logf("term ended %v before Redis could free the lease", free.Sub(endedAt))
+
+	srv.resume()
+	// Right after Redis wakes, the lease is still held there: nobody else
+	// may have it yet, although the node has stopped believing it owns it.
+	other := newBackend(t, srv.client(srv.addr()), ns)
+	oid := open(t, other, 10*time.Second)
+	sent := time.Now()
+	tok := acquire(t, other, oid, "x")[0]
+	if sent.Before(free) && tok != 0 {
+		t.Fatalf("another session took x (token %d) before Redis's expiry of the owner", tok)
+	}
+	if tok != 0 && tok <= tm.Token() {
+		t.Fatalf("token %d after the pause, want > %d", tok, tm.Token())
+	}
+	if tok != 0 {
+		release(t, other, oid, "x", tok)
+	}
+	if err := other.Close(ctxT(t), oid); err != nil {
+		t.Fatal(err)
+	}
+	// Once Redis frees the lease, the engine's new session wins a new term
+	// with a higher token.
+	next := rec.awaitWon(t, 3*cfg.LeaseDuration)
+	if next.Token() <= tm.Token() {
+		t.Fatalf("next term's token %d, want > %d", next.Token(), tm.Token())
+	}
+}
+
+func TestEngineRedisRestartedEmpty(t *testing.T) {
+	srv := startServer(t)
+	b := newBackend(t, srv.client(srv.addr()), namespace(t))
+	cfg := deadline.Config{LeaseDuration: 2 * time.Second, RenewInterval: 500 * time.Millisecond}
+	s, rec, _ := startEngine(t, b, cfg, "x")
+	tm := rec.awaitWon(t, 5*time.Second)
+	before := s.ID()
+
+	srv.restartEmpty()
+	if reason := rec.awaitLost(t, 3*time.Second); reason != term.SessionExpired && reason != term.DeadlinePassed {
+		t.Fatalf("term ended with %v after the restart, want SESSION_EXPIRED", reason)
+	}
+	next := rec.awaitWon(t, 5*time.Second)
+	if next.Token() <= tm.Token() {
+		t.Fatalf("token after the restart without data = %d, want > %d", next.Token(), tm.Token())
+	}
+	if s.ID() == before {
+		t.Fatalf("session id %s reused after the data loss", before)
+	}
+}
+
+func TestEngineConnectionCutWhileSuspended(t *testing.T) {
+	srv := startServer(t)
+	p := startProxy(t, srv.addr())
+	b := newBackend(t, srv.client(p.addr()), namespace(t))
+	cfg := deadline.Config{LeaseDuration: 3 * time.Second, RenewInterval: time.Second}
+	s, rec, ev := startEngine(t, b, cfg, "x")
+	tm := rec.awaitWon(t, 5*time.Second)
+	id := s.ID()
+
+	p.setCut(true)
+	ev.await(t, session.SessionSuspended, 3*cfg.RenewInterval)
+	p.setCut(false)
+	// Restored before the deadline: the same session goes on, its term
+	// never ended.
+	for {
+		e := ev.await(t, session.SessionRenewed, 2*cfg.RenewInterval)
+		if e.State == session.Live {
+			break
+		}
+	}
+	if s.ID() != id {
+		t.Fatalf("session %s replaced by %s, want the same session to go on", id, s.ID())
+	}
+	if !tm.Valid() {
+		t.Fatalf("term ended (%v) although the session survived", tm.Reason())
+	}
+	select {
+	case reason := <-rec.lost:
+		t.Fatalf("term lost with %v during a short cut", reason)
+	default:
+	}
+}
