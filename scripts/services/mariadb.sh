@@ -9,5 +9,48 @@ mariadb_start() {
   fi
   mariadb -h 127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS test" >/dev/null
   setenv SIMBA_MYSQL_DSN "root@tcp(127.0.0.1:3306)/test"
+  mariadb_restartable_start
 }
+mariadb_stop() { mariadb_restartable_stop; }
 mariadb_status() { mariadb-admin -h 127.0.0.1 -uroot ping || true; }
+
+# A private MariaDB on 127.0.0.1:53306 (data in .services/mariadb-restart,
+# run as the mysql user) that backend-sql's failure tests stop and start, so
+# that restarting a server never disturbs the shared one. The tests run
+# "$SIMBA_MYSQL_RESTART_CTL stop" and "... start"; start returns once the
+# server accepts connections again.
+mariadb_restartable_start() {
+  local dir=$STATE/mariadb-restart
+  if [ ! -d "$dir/data/mysql" ]; then
+    rm -rf "$dir" && mkdir -p "$dir/data" && chown -R mysql:mysql "$dir"
+    mariadb-install-db --no-defaults --datadir="$dir/data" --user=mysql \
+      --auth-root-authentication-method=normal >"$dir/install.log" 2>&1
+  fi
+  cat > "$dir/ctl.sh" <<SH
+#!/bin/sh
+# ctl.sh stop|start: the private MariaDB of backend-sql's tests.
+case "\$1" in
+stop)
+  mariadb-admin -h 127.0.0.1 -P 53306 -uroot shutdown || exit 1
+  i=0; while [ -e "$dir/pid" ] && [ \$i -lt 600 ]; do sleep 0.1; i=\$((i+1)); done ;;
+start)
+  setsid /usr/sbin/mariadbd --no-defaults --datadir="$dir/data" --user=mysql \\
+    --port=53306 --bind-address=127.0.0.1 --socket="$dir/sock" --pid-file="$dir/pid" \\
+    --skip-log-bin --innodb-buffer-pool-size=32M >>"$dir/log" 2>&1 < /dev/null &
+  i=0; until mariadb-admin -h 127.0.0.1 -P 53306 -uroot ping >/dev/null 2>&1; do
+    i=\$((i+1)); [ \$i -ge 600 ] && { echo "private MariaDB did not start" >&2; exit 1; }; sleep 0.1
+  done ;;
+*) echo "usage: \$0 stop|start" >&2; exit 2 ;;
+esac
+SH
+  chmod 755 "$dir/ctl.sh"
+  if ! mariadb-admin -h 127.0.0.1 -P 53306 -uroot ping >/dev/null 2>&1; then
+    "$dir/ctl.sh" start
+  fi
+  mariadb -h 127.0.0.1 -P 53306 -uroot -e "CREATE DATABASE IF NOT EXISTS test" >/dev/null
+  setenv SIMBA_MYSQL_RESTART_DSN "root@tcp(127.0.0.1:53306)/test"
+  setenv SIMBA_MYSQL_RESTART_CTL "$dir/ctl.sh"
+}
+mariadb_restartable_stop() {
+  mariadb-admin -h 127.0.0.1 -P 53306 -uroot shutdown >/dev/null 2>&1 || true
+}
