@@ -196,6 +196,10 @@ func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (sess
 			results[i].Err = err
 			continue
 		}
+		if len(req.Names) == 1 {
+			results[i].Token, errs[i] = s.acquire(ctx, name)
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -229,6 +233,10 @@ func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error
 	for i, l := range req.Leases {
 		if err := deadline.ValidateName(l.Name); err != nil {
 			errs[i] = err
+			continue
+		}
+		if len(req.Leases) == 1 {
+			errs[i] = s.release(ctx, l)
 			continue
 		}
 		wg.Add(1)

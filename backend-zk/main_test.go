@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -42,12 +43,28 @@ func newRoot(t testing.TB) string {
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatal(err)
 	}
-	return "/simba-test/" + strings.ReplaceAll(t.Name(), "/", ".") + "-" + hex.EncodeToString(b[:])
+	name := strings.Map(func(r rune) rune {
+		if r < 128 && (r == '-' || r == '_' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return r
+		}
+		return '_'
+	}, t.Name())
+	if len(name) > 100 {
+		name = name[:100]
+	}
+	return "/simba-test/" + name + "-" + hex.EncodeToString(b[:])
 }
 
 func newBackend(t testing.TB, srv []string, root string, opts ...zkbackend.Option) *zkbackend.Backend {
 	t.Helper()
-	b, err := zkbackend.New(srv, root, opts...)
+	// Quiet by default: session-opened lines would bury test output and
+	// break benchmark result lines.
+	level := slog.LevelWarn
+	if _, bench := t.(*testing.B); bench {
+		level = slog.LevelError + 1
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	b, err := zkbackend.New(srv, root, append([]zkbackend.Option{zkbackend.WithLogger(logger)}, opts...)...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -183,3 +200,5 @@ func keepAlive(t testing.TB, b *zkbackend.Backend, id session.ID, period time.Du
 	}()
 	t.Cleanup(func() { close(stop); <-done })
 }
+
+func withDial(c *cutter) zkbackend.Option { return zkbackend.WithDialer(c.dial) }

@@ -1,0 +1,207 @@
+package zkbackend_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/simba-go/simba/session"
+)
+
+// Benchmarks run against the shared standalone server (SIMBA_ZK_SERVERS);
+// docs/bench/backend-zk.md has the command and the results.
+
+// BenchmarkUncontended compares one Simba acquire + release of a free name
+// with the raw ZooKeeper operations it stands for: create an ephemeral
+// node, then delete it, on a plain go-zookeeper connection.
+func BenchmarkUncontended(b *testing.B) {
+	srv, root := standalone(b), newRoot(b)
+	b.Run("simba-acquire-release", func(b *testing.B) {
+		be := newBackend(b, srv, root)
+		s := open(b, be, 20*time.Second)
+		keepAlive(b, be, s.ID, 2*time.Second)
+		ctx := context.Background()
+		names := []string{"x"}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			r, err := be.Acquire(ctx, session.AcquireRequest{ID: s.ID, Names: names})
+			if err != nil || r.Results[0].Token == 0 {
+				b.Fatalf("Acquire: %+v, %v", r, err)
+			}
+			if err := be.Release(ctx, session.ReleaseRequest{ID: s.ID, Leases: []session.Lease{{Name: "x", Token: r.Results[0].Token}}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("raw-create-delete", func(b *testing.B) {
+		conn := rawConn(b, srv)
+		path := root + "/raw"
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := conn.Create(path, nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+				b.Fatal(err)
+			}
+			if err := conn.Delete(path, -1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkRenew compares the renewal (a multi with one check, through the
+// leader) with a plain exists, the cheapest request a session can send.
+func BenchmarkRenew(b *testing.B) {
+	srv, root := standalone(b), newRoot(b)
+	b.Run("simba-renew", func(b *testing.B) {
+		be := newBackend(b, srv, root)
+		s := open(b, be, 20*time.Second)
+		ctx := context.Background()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := be.Renew(ctx, session.RenewRequest{ID: s.ID, KnownVersion: 1}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("raw-exists", func(b *testing.B) {
+		conn := rawConn(b, srv)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, _, err := conn.Exists(root); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkHandover measures a voluntary handover at the backend level:
+// the holder releases, the candidate's exists watch fires, the candidate
+// acquires. Reported: p50 and p90 from the release call to the
+// candidate's successful acquire.
+func BenchmarkHandover(b *testing.B) {
+	srv, root := standalone(b), newRoot(b)
+	be1, be2 := newBackend(b, srv, root), newBackend(b, srv, root)
+	s1, s2 := open(b, be1, 20*time.Second), open(b, be2, 20*time.Second)
+	keepAlive(b, be1, s1.ID, 2*time.Second)
+	keepAlive(b, be2, s2.ID, 2*time.Second)
+	n1, n2 := notices(b, be1, "x"), notices(b, be2, "x")
+	ctx := context.Background()
+	type side struct {
+		be      interface{ session.Backend }
+		id      session.ID
+		notices <-chan session.Notice
+	}
+	holder, cand := side{be1, s1.ID, n1}, side{be2, s2.ID, n2}
+	tok := acquire(b, be1, s1.ID, "x")[0].Token
+	if tok == 0 {
+		b.Fatal("x not free")
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		// The candidate's failed attempt arms its watch.
+		if r, err := cand.be.Acquire(ctx, session.AcquireRequest{ID: cand.id, Names: []string{"x"}}); err != nil || r.Results[0].Token != 0 {
+			b.Fatalf("candidate acquire: %+v, %v", r, err)
+		}
+		for len(cand.notices) > 0 {
+			<-cand.notices // stale notices from earlier rounds
+		}
+		start := time.Now()
+		if err := holder.be.Release(ctx, session.ReleaseRequest{ID: holder.id, Leases: []session.Lease{{Name: "x", Token: tok}}}); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-cand.notices:
+		case <-time.After(5 * time.Second):
+			b.Fatal("no notice within 5s")
+		}
+		r, err := cand.be.Acquire(ctx, session.AcquireRequest{ID: cand.id, Names: []string{"x"}})
+		if err != nil || r.Results[0].Token <= tok {
+			b.Fatalf("candidate takeover: %+v, %v", r, err)
+		}
+		lat = append(lat, time.Since(start))
+		tok = r.Results[0].Token
+		holder, cand = cand, holder
+	}
+	b.StopTimer()
+	reportPercentiles(b, lat, "handover")
+}
+
+// BenchmarkCrashFailover cuts the holder's connection (as a crash or a
+// partition would) and measures how long the waiting candidate takes to
+// win the lease, as a multiple of the negotiated session timeout. Each
+// iteration lasts about one timeout: run it with -benchtime 5x. The
+// server expires sessions on its tick (200 ms on the test servers), which
+// costs up to one tick on top of the timeout.
+func BenchmarkCrashFailover(b *testing.B) {
+	for _, timeout := range []time.Duration{2 * time.Second, 5 * time.Second} {
+		b.Run("timeout="+timeout.String(), func(b *testing.B) { crashFailover(b, timeout) })
+	}
+}
+
+func crashFailover(b *testing.B, timeout time.Duration) {
+	srv, root := standalone(b), newRoot(b)
+	cb := newBackend(b, srv, root)
+	cs := open(b, cb, timeout)
+	keepAlive(b, cb, cs.ID, timeout/5)
+	freed := notices(b, cb, "x")
+	ratios := make([]time.Duration, 0, b.N) // in units of timeout/1000
+	for i := 0; i < b.N; i++ {
+		cut := &cutter{}
+		hb := newBackend(b, srv, root, withDial(cut))
+		hs := open(b, hb, timeout)
+		if tok := acquire(b, hb, hs.ID, "x")[0].Token; tok == 0 {
+			b.Fatal("holder could not take x")
+		}
+		if tok := acquire(b, cb, cs.ID, "x")[0].Token; tok != 0 {
+			b.Fatal("candidate took a held lease")
+		}
+		renew(b, hb, hs.ID)
+		for len(freed) > 0 {
+			<-freed
+		}
+		cut.Cut()
+		start := time.Now()
+		select {
+		case <-freed:
+		case <-time.After(3 * timeout):
+			b.Fatal("no takeover within 3 timeouts")
+		}
+		tok := acquire(b, cb, cs.ID, "x")[0].Token
+		el := time.Since(start)
+		if tok == 0 {
+			b.Fatal("candidate did not win after the notice")
+		}
+		ratios = append(ratios, el*1000/timeout)
+		if err := cb.Release(context.Background(), session.ReleaseRequest{ID: cs.ID, Leases: []session.Lease{{Name: "x", Token: tok}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	slices.Sort(ratios)
+	b.ReportMetric(float64(ratios[len(ratios)/2])/1000, "x-timeout-p50")
+	b.ReportMetric(float64(ratios[len(ratios)-1])/1000, "x-timeout-max")
+}
+
+func reportPercentiles(b *testing.B, lat []time.Duration, name string) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, name+"-p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*9/10].Microseconds())/1000, name+"-p90-ms")
+}
+
+func rawConn(b testing.TB, srv []string) *zk.Conn {
+	b.Helper()
+	conn, _, err := zk.Connect(srv, 20*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(conn.Close)
+	if _, _, err := conn.Exists("/"); err != nil {
+		b.Fatal(err)
+	}
+	return conn
+}
