@@ -3,6 +3,7 @@ package mysqlsimba_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -114,5 +115,68 @@ func harness(t *testing.T) sqltest.Harness {
 				}
 			}
 		},
+	}
+}
+
+func engine(t *testing.T) sqltest.Engine {
+	d := dsn(t)
+	admin := newDB(t, d, nil)
+	h := harness(t)
+	return sqltest.Engine{
+		NewTracked: func(t *testing.T) (session.Backend, string, func(*testing.T) int) {
+			var pt sqltest.PortTracker
+			cfg, err := mysql.ParseDSN(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.DialFunc = pt.Dialer()
+			conn, err := mysql.NewConnector(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := sql.OpenDB(conn)
+			t.Cleanup(func() { db.Close() })
+			prefix := sqltest.FreshPrefix()
+			b := newBackend(t, db, prefix)
+			return b, prefix, func(t *testing.T) int {
+				rows, err := admin.QueryContext(ctxT(t), "SELECT ID, HOST FROM information_schema.PROCESSLIST")
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := map[string]bool{}
+				for _, p := range pt.Ports() {
+					want[fmt.Sprintf("127.0.0.1:%d", p)] = true
+				}
+				var ids []int64
+				for rows.Next() {
+					var id int64
+					var host string
+					if err := rows.Scan(&id, &host); err != nil {
+						t.Fatal(err)
+					}
+					if want[host] {
+						ids = append(ids, id)
+					}
+				}
+				rows.Close()
+				for _, id := range ids {
+					// KILL takes no bind parameter; id is an integer the
+					// server gave us.
+					if _, err := admin.ExecContext(ctxT(t), fmt.Sprintf("KILL %d", id)); err != nil {
+						t.Fatalf("KILL %d: %v", id, err)
+					}
+				}
+				return len(ids)
+			}
+		},
+		LockSession: h.LockSession,
+		NewOnRestartable: func(t *testing.T) session.Backend {
+			rd := os.Getenv("SIMBA_MYSQL_RESTART_DSN")
+			if rd == "" {
+				t.Fatal("SIMBA_MYSQL_RESTART_DSN is not set: the restart test needs the private server that `make services` starts")
+			}
+			return newBackend(t, newDB(t, rd, nil), "")
+		},
+		CtlEnv: "SIMBA_MYSQL_RESTART_CTL",
 	}
 }

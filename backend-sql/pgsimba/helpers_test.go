@@ -120,3 +120,44 @@ func harness(t *testing.T) sqltest.Harness {
 		},
 	}
 }
+
+func engine(t *testing.T) sqltest.Engine {
+	url := pgURL(t)
+	admin := newPool(t, url, nil)
+	h := harness(t)
+	return sqltest.Engine{
+		NewTracked: func(t *testing.T) (session.Backend, string, func(*testing.T) int) {
+			var pt sqltest.PortTracker
+			cfg, err := pgxpool.ParseConfig(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.ConnConfig.DialFunc = pt.Dialer()
+			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			prefix := sqltest.FreshPrefix()
+			b := newBackend(t, pool, prefix)
+			return b, prefix, func(t *testing.T) int {
+				var n int
+				err := admin.QueryRow(ctxT(t), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+					WHERE client_addr = '127.0.0.1' AND client_port = ANY($1)`, pt.Ports()).Scan(&n)
+				if err != nil {
+					t.Fatalf("pg_terminate_backend: %v", err)
+				}
+				return n
+			}
+		},
+		LockSession: h.LockSession,
+		NewOnRestartable: func(t *testing.T) session.Backend {
+			u := os.Getenv("SIMBA_POSTGRES_RESTART_URL")
+			if u == "" {
+				t.Fatal("SIMBA_POSTGRES_RESTART_URL is not set: the restart test needs the private server that `make services` starts")
+			}
+			return newBackend(t, newPool(t, u, nil), "")
+		},
+		CtlEnv: "SIMBA_POSTGRES_RESTART_CTL",
+	}
+}

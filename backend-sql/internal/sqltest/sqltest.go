@@ -356,3 +356,42 @@ func (c *countingConn) Read(p []byte) (int, error) {
 	c.w.Received.Add(int64(n))
 	return n, err
 }
+
+// PortTracker remembers the local ports of the connections its dialer
+// opened, so a test can find them on the server (pg_stat_activity's
+// client_port, MySQL's processlist host) and kill them.
+type PortTracker struct {
+	mu    sync.Mutex
+	ports map[int]bool
+}
+
+// Dialer returns a dial function whose connections t tracks.
+func (p *PortTracker) Dialer() func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
+			p.mu.Lock()
+			if p.ports == nil {
+				p.ports = map[int]bool{}
+			}
+			p.ports[a.Port] = true
+			p.mu.Unlock()
+		}
+		return c, nil
+	}
+}
+
+// Ports returns the local ports of every connection dialed so far.
+func (p *PortTracker) Ports() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]int, 0, len(p.ports))
+	for port := range p.ports {
+		out = append(out, port)
+	}
+	return out
+}
