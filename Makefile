@@ -17,10 +17,13 @@ all: lint test
 demo:
 	cd election && $(GO) run ./cmd/simba-demo
 
-## test: start the servers if missing, then lint and run every module's tests with -race
+## test: start the servers if missing, lint, run every module's tests with -race,
+## then the seeded simulation with $(SIM_SEEDS) seeds (without -race, for speed;
+## the -race run above covers a few hundred seeds)
 test: services lint
-	@set -e; . ./.services/env; export SIMBA_SIM_SEEDS=$(SIM_SEEDS); \
+	@set -e; . ./.services/env; \
 	for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test $(TESTFLAGS) ./...); done
+	cd election && SIMBA_SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 20m -run 'TestSimulation$$' -v . | tail -3
 
 ## test-unit: the tests that need no server (core modules only)
 test-unit:

@@ -91,7 +91,8 @@ type handover struct {
 	t      *term.Term
 	reason term.RevokeReason
 	bound  func() bool // the wait-for-tasks bound timer
-	done   func()      // completes the handover (release, OnRevoked, finish)
+	done   func()      // completes the handover (release, then OnRevoked, then finish)
+	finish []func()    // run after OnRevoked is queued: what Stop/StepDown wait for
 }
 
 // Start starts an election for name on s: it becomes a CANDIDATE and
@@ -346,8 +347,8 @@ func (e *Election) handOver(reason term.RevokeReason, finish func()) bool {
 	t := e.term
 	if t == nil {
 		if h := e.hand; h != nil {
-			prev := h.done
-			h.done = func() { prev(); finish() }
+			// A handover is under way: complete with it.
+			h.finish = append(h.finish, finish)
 			return true
 		}
 		return false
@@ -356,7 +357,7 @@ func (e *Election) handOver(reason term.RevokeReason, finish func()) bool {
 	ts := e.ts
 	e.term = nil
 	e.c.Revoke(reason)
-	h := &handover{t: t, reason: reason}
+	h := &handover{t: t, reason: reason, finish: []func(){finish}}
 	e.hand = h
 	completed := false
 	h.done = func() {
@@ -367,10 +368,15 @@ func (e *Election) handOver(reason term.RevokeReason, finish func()) bool {
 		if h.bound != nil {
 			h.bound()
 		}
-		e.hand = nil
 		after := func() {
+			e.hand = nil
 			e.revoked(ts, reason)
-			finish()
+			for _, f := range h.finish {
+				f()
+			}
+			if e.status == Candidate && e.stopping == nil {
+				e.c.Want(true) // a cooldown ended during the handover
+			}
 		}
 		if e.c.Term() == t {
 			e.c.Release(reason, after)
@@ -397,7 +403,11 @@ func (e *Election) enterCooldown(d time.Duration) {
 			}
 			e.cooldown = nil
 			e.status = Candidate
-			e.c.Want(true)
+			// Compete again, but not before a handover under way has
+			// delivered OnRevoked: callbacks stay paired and ordered.
+			if e.hand == nil {
+				e.c.Want(true)
+			}
 		})
 	})
 }

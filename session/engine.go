@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/simba-go/simba/term"
@@ -180,7 +181,13 @@ func (s *Session) checkOwned(inc *incarnation, sentSeq uint64) {
 			}
 		}
 	}
-	for name, token := range inc.owned {
+	names := make([]string, 0, len(inc.owned))
+	for name := range inc.owned {
+		names = append(names, name)
+	}
+	slices.Sort(names) // a deterministic order, for seeded simulations
+	for _, name := range names {
+		token := inc.owned[name]
 		c := s.claims[name]
 		if c != nil && (c.attempt != 0 || c.held != nil && c.held.inc == inc && c.held.token == token) {
 			continue
@@ -380,8 +387,10 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, r AcquireReply) {
 			c.attempt = 0
 		}
 		if res.Token == 0 {
-			if r, ok := c.h.(Refusals); current && ok {
-				r.Refused(res.Err)
+			if current {
+				if r, ok := c.h.(Refusals); ok {
+					r.Refused(res.Err)
+				}
 			}
 			continue
 		}
