@@ -23,7 +23,7 @@ demo:
 test: services lint
 	@set -e; . ./.services/env; \
 	for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test $(TESTFLAGS) ./...); done
-	cd election && SIMBA_SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 20m -run 'TestSimulation$$' -v . | tail -3
+	cd election && SIMBA_SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 20m -run 'TestSimulation$$' .
 
 ## test-unit: the tests that need no server (core modules only)
 test-unit:

@@ -168,7 +168,9 @@ func (w *sim) schedule(at int64, node *simNode, label string, fn func()) *simEve
 	return e
 }
 
-func (w *sim) delay(maxMs int) int64 { return int64(w.rng.IntN(maxMs*1000+1)) * int64(time.Microsecond) }
+func (w *sim) delay(maxMs int) int64 {
+	return int64(w.rng.IntN(maxMs*1000+1)) * int64(time.Microsecond)
+}
 
 // step runs the next event; it reports false when there is none before end.
 func (w *sim) step(end int64) bool {
