@@ -15,7 +15,7 @@ all: lint test
 
 ## demo: three nodes electing, handing over and failing over on the in-memory backend
 demo:
-	cd election && $(GO) run ./cmd/simba-demo
+	cd integration && $(GO) run ./cmd/simba-demo
 
 ## test: start the servers if missing, lint, run every module's tests with -race,
 ## then the seeded simulation with $(SIM_SEEDS) seeds (without -race, for speed;
