@@ -5,14 +5,16 @@ go 1.25.0
 require (
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/simba-go/simba/deadline v0.0.0
+	github.com/simba-go/simba/election v0.0.0
 	github.com/simba-go/simba/session v0.0.0
 	go.uber.org/goleak v1.3.0
 )
 
-require github.com/simba-go/simba/term v0.0.0 // indirect
+require github.com/simba-go/simba/term v0.0.0
 
 replace (
 	github.com/simba-go/simba/deadline => ../deadline
+	github.com/simba-go/simba/election => ../election
 	github.com/simba-go/simba/session => ../session
 	github.com/simba-go/simba/term => ../term
 )
