@@ -189,7 +189,9 @@ func keepAlive(t testing.TB, b *zkbackend.Backend, id session.ID, period time.Du
 			case <-stop:
 				return
 			case <-tick.C:
-				ctx, cancel := context.WithTimeout(context.Background(), period)
+				// A generous call timeout: on a loaded machine a renewal may
+				// take longer than the period, and a missed one is retried.
+				ctx, cancel := context.WithTimeout(context.Background(), 2*period)
 				_, err := b.Renew(ctx, session.RenewRequest{ID: id})
 				cancel()
 				if errors.Is(err, session.ErrExpired) || errors.Is(err, session.ErrClosed) {
