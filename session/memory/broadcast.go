@@ -7,9 +7,12 @@ import (
 )
 
 type subscriber struct {
-	mu      sync.Mutex // held while fn runs, so stop can wait for it
+	// turn is a one-slot semaphore held while fn runs, so stop can wait for
+	// it. A channel, not a mutex, so that a goroutine waiting in stop counts
+	// as durably blocked under testing/synctest.
+	turn    chan struct{}
 	fn      func(session.Notice)
-	stopped bool
+	stopped bool // guarded by turn
 }
 
 // Subscribe delivers a [session.Notice] to fn for every lease of the
@@ -19,7 +22,7 @@ type subscriber struct {
 // after the backend has unlocked, one notice at a time; it must not block
 // and must not call stop. stop returns once fn will not be called again.
 func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
-	sub := &subscriber{fn: fn}
+	sub := &subscriber{turn: make(chan struct{}, 1), fn: fn}
 	s := b.s
 	s.subMu.Lock()
 	s.subs = append(s.subs, sub)
@@ -35,9 +38,9 @@ func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
 				}
 			}
 			s.subMu.Unlock()
-			sub.mu.Lock()
+			sub.turn <- struct{}{}
 			sub.stopped = true
-			sub.mu.Unlock()
+			<-sub.turn
 		})
 	}, nil
 }
@@ -59,8 +62,8 @@ func (s *store) notify(names []string) {
 }
 
 func (sub *subscriber) deliver(n session.Notice) {
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
+	sub.turn <- struct{}{}
+	defer func() { <-sub.turn }()
 	if !sub.stopped {
 		sub.fn(n)
 	}

@@ -1,0 +1,160 @@
+package memory_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/memory"
+)
+
+// These tests run in a synctest bubble: synctest.Wait returns once every
+// goroutine of the bubble is blocked, so they know a call is parked in
+// Pause without sleeping, and reply delays pass in fake time.
+
+func TestPauseBlocksUntilResume(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		a := f.open()
+		f.b.Pause()
+		done := make(chan error, 1)
+		go func() {
+			_, err := f.b.Acquire(t.Context(), session.AcquireRequest{ID: a, Names: []string{"x"}})
+			done <- err
+		}()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			t.Fatalf("Acquire returned %v while paused", err)
+		default:
+		}
+		f.wantOwner("x", "", 0) // a paused call has not taken effect
+		f.b.Resume()
+		if err := <-done; err != nil {
+			t.Fatalf("Acquire after Resume: %v", err)
+		}
+		f.wantOwner("x", a, 1)
+	})
+}
+
+func TestPausedCallEndsWithContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		a := f.open()
+		f.b.Pause()
+		defer f.b.Resume()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err := f.b.Acquire(ctx, session.AcquireRequest{ID: a, Names: []string{"x"}})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want DeadlineExceeded", err)
+		}
+		if waited := time.Since(start); waited != time.Second {
+			t.Errorf("returned after %v, want the ctx's 1s", waited)
+		}
+		f.wantOwner("x", "", 0)
+	})
+}
+
+func TestReplyDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		a := f.open()
+		f.b.SetReplyDelay(3 * time.Second)
+		start := time.Now()
+		if tok := f.acquire(a, "x"); tok != 1 {
+			t.Errorf("token %d, want 1", tok)
+		}
+		if waited := time.Since(start); waited != 3*time.Second {
+			t.Errorf("reply after %v, want 3s", waited)
+		}
+		// A caller that gives up first gets ctx's error, yet the call took
+		// effect: the engine's "lost reply" case.
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err := f.b.Acquire(ctx, session.AcquireRequest{ID: a, Names: []string{"y"}})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want DeadlineExceeded", err)
+		}
+		f.wantOwner("y", a, 1)
+	})
+}
+
+func TestSubscribeStopWaitsForDelivery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		a := f.open()
+		tok := f.acquire(a, "x")
+		inFn, release := make(chan struct{}), make(chan struct{})
+		calls := 0
+		stop, err := f.b.Subscribe(func(session.Notice) {
+			calls++
+			close(inFn)
+			<-release // a slow subscriber, to catch stop not waiting
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_ = f.b.Release(t.Context(), session.ReleaseRequest{ID: a, Leases: []session.Lease{{Name: "x", Token: tok}}})
+		}()
+		<-inFn
+		stopped := make(chan struct{})
+		go func() { stop(); close(stopped) }()
+		synctest.Wait()
+		select {
+		case <-stopped:
+			t.Fatal("stop returned while fn was running")
+		default:
+		}
+		close(release)
+		<-stopped
+		b := f.open()
+		tb := f.acquire(b, "y")
+		_ = f.b.Release(t.Context(), session.ReleaseRequest{ID: b, Leases: []session.Lease{{Name: "y", Token: tb}}})
+		if calls != 1 {
+			t.Errorf("fn called %d times, want 1 (none after stop)", calls)
+		}
+		stop() // idempotent
+	})
+}
+
+func TestDeterministic(t *testing.T) {
+	// Two backends fed the same ids and the same calls on virtual clocks
+	// answer identically: what the seeded simulation relies on.
+	run := func() []any {
+		n := 0
+		f := newFixture(t, memory.WithIDSource(func() session.ID { n++; return session.ID(string(rune('a' + n))) }))
+		var out []any
+		stop, _ := f.b.Subscribe(func(n session.Notice) { out = append(out, n) })
+		defer stop()
+		var ids []session.ID
+		for range 5 {
+			ids = append(ids, f.open())
+		}
+		for i, id := range ids {
+			r, err := f.b.Acquire(t.Context(), session.AcquireRequest{ID: id, Names: []string{"p", "q", "r", "s"}[i%4:]})
+			out = append(out, r, err)
+		}
+		f.clock.Advance(lease)
+		out = append(out, f.open())
+		for _, id := range ids {
+			r, err := f.b.Renew(t.Context(), session.RenewRequest{ID: id})
+			out = append(out, r, err == nil)
+		}
+		return out
+	}
+	a, b := run(), run()
+	if len(a) != len(b) {
+		t.Fatalf("runs differ in length: %d vs %d", len(a), len(b))
+	}
+	for i := range a {
+		if sa, sb := fmtAny(a[i]), fmtAny(b[i]); sa != sb {
+			t.Errorf("step %d: %s vs %s", i, sa, sb)
+		}
+	}
+}

@@ -1,0 +1,372 @@
+package memory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/memory"
+)
+
+const lease = 10 * time.Second
+
+// fixture is a backend on a virtual clock with helpers that fail the test
+// on unexpected errors.
+type fixture struct {
+	t     *testing.T
+	clock *memory.ManualClock
+	b     *memory.Backend
+}
+
+func newFixture(t *testing.T, opts ...memory.Option) *fixture {
+	t.Helper()
+	clock := memory.NewManualClock(time.Unix(1_000_000, 0))
+	b, err := memory.New(append([]memory.Option{memory.WithClock(clock)}, opts...)...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return &fixture{t: t, clock: clock, b: b}
+}
+
+func (f *fixture) open() session.ID {
+	f.t.Helper()
+	r, err := f.b.Open(f.t.Context(), session.OpenRequest{LeaseDuration: lease})
+	if err != nil {
+		f.t.Fatalf("Open: %v", err)
+	}
+	return r.ID
+}
+
+func (f *fixture) acquire(id session.ID, name string) uint64 {
+	f.t.Helper()
+	r, err := f.b.Acquire(f.t.Context(), session.AcquireRequest{ID: id, Names: []string{name}})
+	if err != nil {
+		f.t.Fatalf("Acquire(%q): %v", name, err)
+	}
+	if r.Results[0].Err != nil {
+		f.t.Fatalf("Acquire(%q): %v", name, r.Results[0].Err)
+	}
+	return r.Results[0].Token
+}
+
+func (f *fixture) wantOwner(name string, id session.ID, token uint64) {
+	f.t.Helper()
+	gotID, gotTok, ok := f.b.Owner(name)
+	if id == "" {
+		if ok {
+			f.t.Errorf("Owner(%q) = %s, %d; want no owner", name, gotID, gotTok)
+		}
+		return
+	}
+	if !ok || gotID != id || gotTok != token {
+		f.t.Errorf("Owner(%q) = %s, %d, %v; want %s, %d, true", name, gotID, gotTok, ok, id, token)
+	}
+}
+
+func TestNewRejectsInvalidOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  memory.Option
+	}{
+		{"nil clock", memory.WithClock(nil)},
+		{"nil id source", memory.WithIDSource(nil)},
+		{"negative max lease", memory.WithMaxLease(-time.Second)},
+		{"zero fraction", memory.WithGrantFraction(0, 12)},
+		{"fraction above one", memory.WithGrantFraction(13, 12)},
+		{"zero denominator", memory.WithGrantFraction(1, 0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := memory.New(tc.opt)
+			if !errors.Is(err, memory.ErrInvalidOption) || b != nil {
+				t.Errorf("New(%s) = %v, %v; want nil, ErrInvalidOption", tc.name, b, err)
+			}
+		})
+	}
+}
+
+func TestDefaultIDsAre128BitHex(t *testing.T) {
+	b, err := memory.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.Open(t.Context(), session.OpenRequest{LeaseDuration: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.ID) != 32 {
+		t.Errorf("ID %q has %d characters, want 32 hex digits", r.ID, len(r.ID))
+	}
+	for _, c := range r.ID {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			t.Errorf("ID %q has non-hex %q", r.ID, c)
+		}
+	}
+}
+
+func TestIDSourceDuplicateRefused(t *testing.T) {
+	ids := []session.ID{"s1", "s2", "s1"}
+	f := newFixture(t, memory.WithIDSource(func() session.ID { id := ids[0]; ids = ids[1:]; return id }))
+	f.open()
+	f.open()
+	_, err := f.b.Open(t.Context(), session.OpenRequest{LeaseDuration: lease})
+	if !errors.Is(err, memory.ErrDuplicateID) {
+		t.Errorf("Open with a repeated id: err = %v, want ErrDuplicateID", err)
+	}
+}
+
+func TestOpenRejectsNonPositiveLease(t *testing.T) {
+	f := newFixture(t)
+	for _, d := range []time.Duration{0, -time.Second} {
+		if _, err := f.b.Open(t.Context(), session.OpenRequest{LeaseDuration: d}); !errors.Is(err, memory.ErrInvalidLease) {
+			t.Errorf("Open(lease %v): err = %v, want ErrInvalidLease", d, err)
+		}
+	}
+}
+
+func TestMaxLeaseAndGrantFraction(t *testing.T) {
+	// ZooKeeper-like: 6s cap, 5/12 reported. A 15s request gets 6s, reported
+	// as 2.5s, and the session really lives the whole 6s.
+	f := newFixture(t, memory.WithMaxLease(6*time.Second), memory.WithGrantFraction(5, 12))
+	r, err := f.b.Open(t.Context(), session.OpenRequest{LeaseDuration: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Remaining != 2500*time.Millisecond {
+		t.Errorf("Open: Remaining = %v, want 2.5s (5/12 of the 6s cap)", r.Remaining)
+	}
+	f.clock.Advance(5999 * time.Millisecond)
+	if _, ok := f.b.Remaining(r.ID); !ok {
+		t.Fatalf("session ended before its 6s lease")
+	}
+	rr, err := f.b.Renew(t.Context(), session.RenewRequest{ID: r.ID})
+	if err != nil || rr.Remaining != 2500*time.Millisecond {
+		t.Errorf("Renew = %v, %v; want 2.5s, nil", rr.Remaining, err)
+	}
+	f.clock.Advance(6 * time.Second)
+	if _, err := f.b.Renew(t.Context(), session.RenewRequest{ID: r.ID}); !errors.Is(err, session.ErrExpired) {
+		t.Errorf("Renew 6s after the last: err = %v, want ErrExpired", err)
+	}
+}
+
+func TestRemainingFollowsBackendClock(t *testing.T) {
+	f := newFixture(t)
+	id := f.open()
+	f.clock.Advance(3 * time.Second)
+	if got, ok := f.b.Remaining(id); !ok || got != lease-3*time.Second {
+		t.Errorf("Remaining after 3s = %v, %v; want %v, true", got, ok, lease-3*time.Second)
+	}
+	f.clock.Advance(lease - 3*time.Second)
+	if got, ok := f.b.Remaining(id); ok {
+		t.Errorf("Remaining at the expiry instant = %v, true; want ended", got)
+	}
+}
+
+func TestExpiryFreesLeasesAndNotifies(t *testing.T) {
+	f := newFixture(t)
+	var got []session.Notice
+	stop, err := f.b.Subscribe(func(n session.Notice) { got = append(got, n) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	a := f.open()
+	ta := f.acquire(a, "x")
+	f.clock.Advance(lease)
+	f.wantOwner("x", "", 0)
+	b := f.open() // the first call after the expiry notices it
+	if want := []session.Notice{{Name: "x"}}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("notices = %v, want %v", got, want)
+	}
+	if tb := f.acquire(b, "x"); tb <= ta {
+		t.Errorf("takeover token %d, want > %d", tb, ta)
+	}
+}
+
+func TestExpire(t *testing.T) {
+	f := newFixture(t)
+	var got []session.Notice
+	stop, _ := f.b.Subscribe(func(n session.Notice) { got = append(got, n) })
+	defer stop()
+	a := f.open()
+	f.acquire(a, "x")
+	f.acquire(a, "y")
+	f.b.Expire(a)
+	if fmt.Sprint(got) != fmt.Sprint([]session.Notice{{Name: "x"}, {Name: "y"}}) {
+		t.Errorf("notices = %v, want x then y", got)
+	}
+	if _, err := f.b.Renew(t.Context(), session.RenewRequest{ID: a}); !errors.Is(err, session.ErrExpired) {
+		t.Errorf("Renew after Expire: %v, want ErrExpired", err)
+	}
+	f.wantOwner("x", "", 0)
+}
+
+func TestLoseData(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		keepTokens bool
+		opts       []memory.Option
+		want       uint64 // token of the first term after the loss
+	}{
+		{"counters kept", true, nil, 3},
+		{"new epoch", false, nil, 1<<40 | 1},
+		{"broken backend without epochs", false, []memory.Option{memory.WithoutTokenEpochs()}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.opts...)
+			var got []session.Notice
+			stop, _ := f.b.Subscribe(func(n session.Notice) { got = append(got, n) })
+			defer stop()
+			a := f.open()
+			f.acquire(a, "x")
+			if err := f.b.Release(t.Context(), session.ReleaseRequest{ID: a, Leases: []session.Lease{{Name: "x", Token: 1}}}); err != nil {
+				t.Fatal(err)
+			}
+			if tok := f.acquire(a, "x"); tok != 2 {
+				t.Fatalf("second term token %d, want 2", tok)
+			}
+			got = nil
+			f.b.LoseData(tc.keepTokens)
+			if fmt.Sprint(got) != fmt.Sprint([]session.Notice{{}}) {
+				t.Errorf("notices = %v, want one empty Notice", got)
+			}
+			if _, err := f.b.Renew(t.Context(), session.RenewRequest{ID: a}); !errors.Is(err, session.ErrExpired) {
+				t.Errorf("Renew after LoseData: %v, want ErrExpired", err)
+			}
+			f.wantOwner("x", "", 0)
+			b := f.open()
+			if b == a {
+				t.Errorf("id %s reused after LoseData", a)
+			}
+			if tok := f.acquire(b, "x"); tok != tc.want {
+				t.Errorf("token after LoseData = %#x, want %#x", tok, tc.want)
+			}
+		})
+	}
+}
+
+func TestFailCalls(t *testing.T) {
+	f := newFixture(t)
+	a := f.open()
+	boom := errors.New("boom")
+	f.b.FailCalls(boom)
+	_, err := f.b.Acquire(t.Context(), session.AcquireRequest{ID: a, Names: []string{"x"}})
+	if !errors.Is(err, boom) {
+		t.Errorf("Acquire with FailCalls: err = %v, want boom", err)
+	}
+	f.wantOwner("x", "", 0) // not applied
+	f.clock.Advance(lease / 2)
+	if _, err := f.b.Renew(t.Context(), session.RenewRequest{ID: a}); !errors.Is(err, boom) {
+		t.Errorf("Renew with FailCalls: err = %v, want boom", err)
+	}
+	if left, _ := f.b.Remaining(a); left != lease/2 {
+		t.Errorf("a failed Renew extended the session: Remaining %v, want %v", left, lease/2)
+	}
+	f.b.FailCalls(nil)
+	if tok := f.acquire(a, "x"); tok != 1 {
+		t.Errorf("Acquire after FailCalls(nil): token %d, want 1", tok)
+	}
+}
+
+func TestDropReplies(t *testing.T) {
+	f := newFixture(t)
+	a := f.open()
+	f.b.DropReplies(2)
+	for i := range 2 {
+		_, err := f.b.Acquire(t.Context(), session.AcquireRequest{ID: a, Names: []string{"x"}})
+		if !errors.Is(err, memory.ErrReplyLost) {
+			t.Errorf("call %d: err = %v, want ErrReplyLost", i, err)
+		}
+	}
+	f.wantOwner("x", a, 1) // applied although the reply was lost
+	if tok := f.acquire(a, "x"); tok != 1 {
+		t.Errorf("third call: token %d, want 1 (the lost reply's term)", tok)
+	}
+}
+
+func TestStatsCountEveryCall(t *testing.T) {
+	f := newFixture(t)
+	other := f.b.NewClient()
+	a := f.open()
+	f.b.FailCalls(errors.New("down"))
+	for range 3 {
+		_, _ = f.b.Renew(t.Context(), session.RenewRequest{ID: a})
+	}
+	f.b.FailCalls(nil)
+	_, _ = f.b.Acquire(t.Context(), session.AcquireRequest{ID: a, Names: []string{"x", "y"}})
+	_ = f.b.Release(t.Context(), session.ReleaseRequest{ID: a})
+	_ = f.b.Close(t.Context(), a)
+	want := memory.Stats{Open: 1, Renew: 3, Acquire: 1, Release: 1, Close: 1}
+	if got := f.b.Stats(); got != want {
+		t.Errorf("Stats = %+v, want %+v", got, want)
+	}
+	if got := other.Stats(); got != (memory.Stats{}) {
+		t.Errorf("another client's Stats = %+v, want zero: each client counts its own calls", got)
+	}
+}
+
+func TestClientsShareStateNotFaults(t *testing.T) {
+	f := newFixture(t)
+	other := f.b.NewClient()
+	f.b.FailCalls(errors.New("partitioned"))
+	r, err := other.Open(t.Context(), session.OpenRequest{LeaseDuration: lease})
+	if err != nil {
+		t.Fatalf("Open on another client: %v", err)
+	}
+	f.b.FailCalls(nil)
+	tok := f.acquire(r.ID, "x") // a session is not tied to the client that opened it
+	f.wantOwner("x", r.ID, tok)
+}
+
+func TestCancelledContextNotApplied(t *testing.T) {
+	f := newFixture(t)
+	a := f.open()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := f.b.Acquire(ctx, session.AcquireRequest{ID: a, Names: []string{"x"}}); !errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v, want context.Canceled", err)
+	}
+	f.wantOwner("x", "", 0)
+}
+
+func TestReleaseInvalidNameReleasesNothing(t *testing.T) {
+	f := newFixture(t)
+	a := f.open()
+	tok := f.acquire(a, "x")
+	err := f.b.Release(t.Context(), session.ReleaseRequest{ID: a, Leases: []session.Lease{{Name: "x", Token: tok}, {Name: "a/b", Token: 1}}})
+	if !errors.Is(err, deadline.ErrInvalidName) {
+		t.Errorf("Release with an invalid name: err = %v, want ErrInvalidName", err)
+	}
+	f.wantOwner("x", a, tok)
+}
+
+func TestVersionsNeverRepeat(t *testing.T) {
+	f := newFixture(t)
+	a := f.open()
+	seen := map[uint64]bool{}
+	check := func(step string) {
+		t.Helper()
+		r, err := f.b.Renew(t.Context(), session.RenewRequest{ID: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Version == 0 || seen[r.Version] {
+			t.Fatalf("%s: version %d is 0 or was used before", step, r.Version)
+		}
+		seen[r.Version] = true
+	}
+	check("open")
+	for i := range 20 {
+		tok := f.acquire(a, "x")
+		check(fmt.Sprintf("acquire %d", i))
+		if err := f.b.Release(t.Context(), session.ReleaseRequest{ID: a, Leases: []session.Lease{{Name: "x", Token: tok}}}); err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("release %d", i))
+	}
+}
+
+func fmtAny(v any) string { return fmt.Sprintf("%+v", v) }
