@@ -90,9 +90,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}
 	switch {
-	case c.LeaseDuration < 0:
+	case c.LeaseDuration <= 0:
 		return bad("LeaseDuration must be positive, got %v", c.LeaseDuration)
-	case c.RenewInterval < 0:
+	case c.RenewInterval <= 0:
 		return bad("RenewInterval must be positive, got %v", c.RenewInterval)
 	case c.Drift != c.Drift || c.Drift < 0 || c.Drift >= 0.5:
 		return bad("Drift must be in [0, 0.5), got %v", c.Drift)
@@ -100,7 +100,7 @@ func (c Config) Validate() error {
 		return bad("Margin must not be negative (use deadline.Zero for none), got %v", c.Margin)
 	case c.RetryJitter < 0:
 		return bad("RetryJitter must not be negative, got %v", c.RetryJitter)
-	case c.MinBackoff < 0:
+	case c.MinBackoff <= 0:
 		return bad("MinBackoff must be positive, got %v", c.MinBackoff)
 	case c.RenewInterval > c.LeaseDuration/2 || 2*c.RenewInterval > c.LeaseDuration:
 		return bad("RenewInterval × 2 ≤ LeaseDuration does not hold: 2 × %v > %v", c.RenewInterval, c.LeaseDuration)

@@ -51,6 +51,7 @@ func TestValidate(t *testing.T) {
 		{"negative margin", Config{Margin: -2}, "Margin must not be negative"},
 		{"negative jitter", Config{RetryJitter: -time.Second}, "RetryJitter must not be negative"},
 		{"negative backoff", Config{MinBackoff: -time.Second}, "MinBackoff must be positive"},
+		{"lease too short for a renewal period", Config{LeaseDuration: 2, Drift: Zero, Margin: Zero}, "RenewInterval must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.c.Validate()
@@ -74,4 +75,28 @@ func TestMustValidPanics(t *testing.T) {
 		}
 	}()
 	Config{Drift: 0.7}.MustValid()
+}
+
+// FuzzConfigValidate: Validate either refuses a config with ErrInvalidConfig
+// or accepts one whose rules hold.
+func FuzzConfigValidate(f *testing.F) {
+	f.Add(int64(15e9), int64(5e9), 0.01, int64(50e6), int64(0), int64(0))
+	f.Add(int64(1e9), int64(5e8), 0.49, int64(50e6), int64(0), int64(0))
+	f.Add(int64(15e9), int64(8e9), 0.0, int64(-1), int64(-5), int64(1))
+	f.Fuzz(func(t *testing.T, lease, renew int64, drift float64, margin, jitter, backoff int64) {
+		c := Config{LeaseDuration: time.Duration(lease), RenewInterval: time.Duration(renew), Drift: drift,
+			Margin: time.Duration(margin), RetryJitter: time.Duration(jitter), MinBackoff: time.Duration(backoff)}
+		err := c.Validate()
+		if err != nil {
+			if !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("Validate(%+v) = %v, not ErrInvalidConfig", c, err)
+			}
+			return
+		}
+		d := c.WithDefaults()
+		if 2*d.RenewInterval > d.LeaseDuration || d.Validity(d.LeaseDuration) <= d.RenewInterval ||
+			d.Drift < 0 || d.Drift >= 0.5 || d.Margin < 0 || d.LeaseDuration <= 0 || d.RenewInterval <= 0 {
+			t.Fatalf("Validate accepted %+v (with defaults %+v), which breaks a rule", c, d)
+		}
+	})
 }

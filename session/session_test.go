@@ -595,3 +595,52 @@ func TestInvalidConfigIsRefused(t *testing.T) {
 		t.Fatal("New(nil) = nil error")
 	}
 }
+
+// staleToken answers an acquisition with the token this session last
+// released, as a confused backend (or a replayed reply) might.
+type staleToken struct {
+	*memory.Backend
+	mu    sync.Mutex
+	stale uint64
+}
+
+func (b *staleToken) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+	b.mu.Lock()
+	stale := b.stale
+	b.mu.Unlock()
+	if stale == 0 {
+		return b.Backend.Acquire(ctx, req)
+	}
+	r := session.AcquireReply{}
+	for _, n := range req.Names {
+		r.Results = append(r.Results, session.AcquireResult{Name: n, Token: stale})
+	}
+	return r, nil
+}
+
+func TestTokenNotAboveAReleasedOneIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.New()
+		sb := &staleToken{Backend: b}
+		s, err := session.Open(context.Background(), sb, session.WithLogger(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		r := &recorder{}
+		c, _ := s.Claim("jobs", r)
+		s.Do(func() { c.Want(true) })
+		synctest.Wait()
+		first := r.terms()[0]
+		s.Do(func() { c.Want(false); c.Release(term.Stopped, nil) })
+		synctest.Wait()
+		sb.mu.Lock()
+		sb.stale = first.Token()
+		sb.mu.Unlock()
+		s.Do(func() { c.Want(true) })
+		advance(time.Minute) // many candidate ticks, each answered with the released token
+		if n := len(r.terms()); n != 1 {
+			t.Fatalf("%d terms; a token not above one this session released became a term", n)
+		}
+	})
+}
