@@ -14,16 +14,16 @@ func TestValidateName(t *testing.T) {
 		}
 	}
 	invalid := map[string]string{
-		"":                      "empty",
-		".":                     "reserved",
-		"..":                    "reserved",
+		"":                       "empty",
+		".":                      "reserved",
+		"..":                     "reserved",
 		strings.Repeat("x", 129): "longer than 128",
-		"a/b":                   "offset 1",
-		"a b":                   "offset 1",
-		"ä":                     "offset 0",
-		"a\x00":                 "offset 1",
-		"{tag}":                 "offset 0",
-		"a*":                    "offset 1",
+		"a/b":                    "offset 1",
+		"a b":                    "offset 1",
+		"ä":                      "offset 0",
+		"a\x00":                  "offset 1",
+		"{tag}":                  "offset 0",
+		"a*":                     "offset 1",
 	}
 	for n, rule := range invalid {
 		err := ValidateName(n)
