@@ -14,7 +14,7 @@ type Config struct {
 	// each other's sessions and leases, clients of different namespaces
 	// never do. It should register the client's cleanup with t.Cleanup and
 	// fail t (naming the environment variable) if the server is missing.
-	// Required.
+	// It may be called from parallel subtests at once. Required.
 	NewBackend func(t *testing.T, namespace string) session.Backend
 
 	// Lease is the lease duration the kit asks for. The expiry subtests

@@ -1,0 +1,219 @@
+package backendtest_test
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/backendtest"
+	"github.com/simba-go/simba/session/memory"
+)
+
+// memoryConfig runs the kit on the in-memory backend in virtual time, one
+// store per namespace. wrap, if not nil, turns each client into a broken
+// variant.
+func memoryConfig(wrap func(*memory.Backend) session.Backend, opts ...memory.Option) backendtest.Config {
+	clock := memory.NewManualClock(time.Unix(1_000_000, 0))
+	opts = append([]memory.Option{memory.WithClock(clock)}, opts...)
+	var mu sync.Mutex
+	stores := map[string]*memory.Backend{}
+	if wrap == nil {
+		wrap = func(b *memory.Backend) session.Backend { return b }
+	}
+	return backendtest.Config{
+		NewBackend: func(t *testing.T, namespace string) session.Backend {
+			mu.Lock()
+			defer mu.Unlock()
+			if b, ok := stores[namespace]; ok {
+				return wrap(b.NewClient())
+			}
+			b, err := memory.New(opts...)
+			if err != nil {
+				t.Fatalf("memory.New: %v", err)
+			}
+			stores[namespace] = b
+			return wrap(b)
+		},
+		Lease: 2 * time.Second,
+		LoseData: func(*testing.T) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, b := range stores {
+				b.LoseData(false)
+			}
+		},
+		Advance: func(_ *testing.T, d time.Duration) { clock.Advance(d) },
+	}
+}
+
+func TestRunOnMemory(t *testing.T) {
+	backendtest.Run(t, memoryConfig(nil))
+}
+
+// Broken variants of the memory backend, each breaking one promise, and the
+// subtests that must catch it: proof that the kit's checks can fail.
+var brokenBackends = []struct {
+	name string
+	cfg  func() backendtest.Config
+	want []string // the failing subtests, exactly
+}{
+	{
+		name: "TokensGoBackAfterDataLoss",
+		cfg:  func() backendtest.Config { return memoryConfig(nil, memory.WithoutTokenEpochs()) },
+		want: []string{"TokensSurviveDataLoss"},
+	},
+	{
+		name: "ExpiresLate", // the backend's clock runs at half speed
+		cfg:  func() backendtest.Config { return memoryConfig(nil, memory.WithClock(halfSpeed{start: time.Now()})) },
+		want: []string{"ExpiredSessionStaysExpired", "TakeoverAfterExpiry"},
+	},
+	{
+		name: "ReleaseIgnoresToken",
+		cfg: func() backendtest.Config {
+			return memoryConfig(func(b *memory.Backend) session.Backend { return releaseAny{b} })
+		},
+		want: []string{"StaleReleaseIsNoop", "TakeoverAfterExpiry"},
+	},
+	{
+		name: "VersionNeverChanges",
+		cfg: func() backendtest.Config {
+			return memoryConfig(func(b *memory.Backend) session.Backend { return fixedVersion{b} })
+		},
+		want: []string{"RenewReportsOwnedLeases"},
+	},
+	{
+		name: "NamesNotValidated",
+		cfg: func() backendtest.Config {
+			return memoryConfig(func(b *memory.Backend) session.Backend { return noValidation{b} })
+		},
+		want: []string{"BatchAcquire", "InvalidNamesRejected"},
+	},
+	{
+		name: "ContextIgnored",
+		cfg: func() backendtest.Config {
+			return memoryConfig(func(b *memory.Backend) session.Backend { return ignoreCtx{b} })
+		},
+		want: []string{"ContextHonoured"},
+	},
+	{
+		name: "CloseKeepsLeases",
+		cfg: func() backendtest.Config {
+			return memoryConfig(func(b *memory.Backend) session.Backend { return closeNoop{b} })
+		},
+		want: []string{"BroadcastOnRelease", "CloseReleasesEverything", "ContextHonoured", "TokensStrictlyIncrease"},
+	},
+	{
+		name: "SilentBroadcaster",
+		cfg: func() backendtest.Config {
+			return memoryConfig(func(b *memory.Backend) session.Backend { return silent{b} })
+		},
+		want: []string{"BroadcastOnRelease"},
+	},
+}
+
+// childEnv names the broken backend a re-executed test binary runs the kit
+// on; the parent checks which subtests failed.
+const childEnv = "BACKENDTEST_BROKEN_CHILD"
+
+var failLine = regexp.MustCompile(`--- FAIL: TestKitCatchesBrokenBackends/(\w+)/(?:Promises/)?(\w+)`)
+
+func TestKitCatchesBrokenBackends(t *testing.T) {
+	child := os.Getenv(childEnv)
+	for _, bb := range brokenBackends {
+		t.Run(bb.name, func(t *testing.T) {
+			if child == bb.name {
+				cfg := bb.cfg()
+				cfg.NoticeTimeout = 200 * time.Millisecond // the silent broadcaster's wait
+				backendtest.Run(t, cfg)
+				return
+			}
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestKitCatchesBrokenBackends$/^"+bb.name+"$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), childEnv+"="+bb.name)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) {
+				t.Fatalf("running the kit on %s: err = %v, want a failing test binary; output:\n%s", bb.name, err, out)
+			}
+			failed := map[string]bool{}
+			for _, m := range failLine.FindAllStringSubmatch(string(out), -1) {
+				if m[1] == bb.name && m[2] != "Promises" {
+					failed[m[2]] = true
+				}
+			}
+			if got := slices.Sorted(maps.Keys(failed)); !slices.Equal(got, bb.want) {
+				t.Errorf("kit on %s: failed subtests %q, want %q; output:\n%s", bb.name, got, bb.want, out)
+			}
+		})
+	}
+}
+
+// halfSpeed is a clock running at half the real rate.
+type halfSpeed struct{ start time.Time }
+
+func (c halfSpeed) Now() time.Time { return c.start.Add(time.Since(c.start) / 2) }
+
+// releaseAny releases a name from whoever holds it, ignoring token and
+// session.
+type releaseAny struct{ *memory.Backend }
+
+func (b releaseAny) Release(ctx context.Context, req session.ReleaseRequest) error {
+	for _, l := range req.Leases {
+		if id, tok, ok := b.Owner(l.Name); ok {
+			if err := b.Backend.Release(ctx, session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: l.Name, Token: tok}}}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// fixedVersion answers Version 1 whatever the owned set.
+type fixedVersion struct{ *memory.Backend }
+
+func (b fixedVersion) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+	r, err := b.Backend.Renew(ctx, session.RenewRequest{ID: req.ID})
+	r.Version = 1
+	if req.KnownVersion == 1 {
+		r.Full, r.Leases = false, nil
+	}
+	return r, err
+}
+
+// noValidation answers token 0 and no error for an invalid name.
+type noValidation struct{ *memory.Backend }
+
+func (b noValidation) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+	r, err := b.Backend.Acquire(ctx, req)
+	for i := range r.Results {
+		if errors.Is(r.Results[i].Err, deadline.ErrInvalidName) {
+			r.Results[i].Err = nil
+		}
+	}
+	return r, err
+}
+
+// ignoreCtx drops the caller's context.
+type ignoreCtx struct{ *memory.Backend }
+
+func (b ignoreCtx) Open(_ context.Context, req session.OpenRequest) (session.OpenReply, error) {
+	return b.Backend.Open(context.Background(), req)
+}
+
+// closeNoop does not close anything.
+type closeNoop struct{ *memory.Backend }
+
+func (closeNoop) Close(context.Context, session.ID) error { return nil }
+
+// silent subscribes nobody.
+type silent struct{ *memory.Backend }
+
+func (silent) Subscribe(func(session.Notice)) (func(), error) { return func() {}, nil }
