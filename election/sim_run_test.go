@@ -33,16 +33,15 @@ func TestSimulation(t *testing.T) {
 		}
 		first, n = s, 1
 	}
-	cfg := defaultSim()
 	events := 0
 	for seed := first; seed < first+uint64(n); seed++ {
-		r := runSim(cfg, seed)
+		r := runSim(variedSim(seed), seed)
 		events += r.events
 		if len(r.violations) > 0 || len(r.leaderless) > 0 {
 			if os.Getenv("SIMBA_SIM_TRACE") != "" {
 				t.Log(r.trace)
 			}
-			t.Fatalf("seed %d failed (reproduce: SIMBA_SIM_SEED=%d go test -run TestSimulation ./election):\n%v\n%v", seed, seed, r.violations, r.leaderless)
+			t.Fatalf("seed %d (%+v) failed (reproduce: SIMBA_SIM_SEED=%d go test -run TestSimulation ./election):\n%v\n%v", seed, variedSim(seed), seed, r.violations, r.leaderless)
 		}
 	}
 	t.Logf("%d seeds, %d events", n, events)
@@ -51,7 +50,7 @@ func TestSimulation(t *testing.T) {
 // TestSimulationIsReproducible: one seed, one run, exactly.
 func TestSimulationIsReproducible(t *testing.T) {
 	for _, seed := range []uint64{7, 8, 9} {
-		a, b := runSim(defaultSim(), seed), runSim(defaultSim(), seed)
+		a, b := runSim(variedSim(seed), seed), runSim(variedSim(seed), seed)
 		if a.hash != b.hash || a.events != b.events {
 			t.Fatalf("seed %d ran twice differently: %d events (hash %x) vs %d (hash %x)", seed, a.events, a.hash, b.events, b.hash)
 		}

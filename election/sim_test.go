@@ -34,6 +34,28 @@ type simConfig struct {
 	rateDev  float64       // actual node/backend rate deviation; > drift breaks the model
 	faults   bool
 	dataLoss bool // the backend may lose its data
+	// grantNum/grantDen: the backend grants this fraction of the lease
+	// (5/12 like ZooKeeper: the shortened-grant path); 0 means all of it.
+	grantNum, grantDen int
+	lease              time.Duration // 0: the default 15s
+}
+
+// variedSim derives a run's shape from its seed: 2–5 nodes, 1–3 names,
+// sometimes ZooKeeper-like shortened grants, sometimes a larger drift (with
+// clocks within it). The lease stays 15s: the fault timings are sized for it.
+func variedSim(seed uint64) simConfig {
+	r := rand.New(rand.NewPCG(seed, 0x54a9e))
+	c := defaultSim()
+	c.nodes = 2 + r.IntN(4)
+	c.names = []string{"alpha", "beta", "gamma"}[:1+r.IntN(3)]
+	if r.IntN(3) == 0 {
+		c.grantNum, c.grantDen = 5, 12
+	}
+	if r.IntN(4) == 0 {
+		c.drift = 0.1
+		c.rateDev = 0.1
+	}
+	return c
 }
 
 func defaultSim() simConfig {
@@ -136,13 +158,17 @@ func newSim(cfg simConfig, seed uint64) *sim {
 		faulty:     cfg.faults,
 		maxToken:   make(map[string]uint64),
 		sessionIDs: make(map[session.ID]bool),
-		timing:     deadline.Config{Drift: cfg.drift}.WithDefaults(),
+		timing:     deadline.Config{Drift: cfg.drift, LeaseDuration: cfg.lease}.WithDefaults(),
 	}
 	ids := 0
-	b, err := memory.New(memory.WithClock(backendClock{w}), memory.WithIDSource(func() session.ID {
+	opts := []memory.Option{memory.WithClock(backendClock{w}), memory.WithIDSource(func() session.ID {
 		ids++
 		return session.ID(fmt.Sprintf("s%04d", ids))
-	}))
+	})}
+	if cfg.grantDen > 0 {
+		opts = append(opts, memory.WithGrantFraction(cfg.grantNum, cfg.grantDen))
+	}
+	b, err := memory.New(opts...)
 	if err != nil {
 		panic(err)
 	}
@@ -310,7 +336,7 @@ func (w *sim) addNode() *simNode {
 		n.rate = 1 - dev // the worst case: slow
 	}
 	s, err := session.New(simBackend{w.backend.NewClient(), n},
-		session.WithEnv(nodeEnv{n}), session.WithConfig(deadline.Config{Drift: w.cfg.drift}), session.WithLogger(nil),
+		session.WithEnv(nodeEnv{n}), session.WithConfig(deadline.Config{Drift: w.cfg.drift, LeaseDuration: w.cfg.lease}), session.WithLogger(nil),
 		session.WithListener(func(e session.Event) { w.sessionEvent(n, e) }))
 	if err != nil {
 		panic(err)
