@@ -17,12 +17,12 @@ const lease = 10 * time.Second
 // fixture is a backend on a virtual clock with helpers that fail the test
 // on unexpected errors.
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	clock *memory.ManualClock
 	b     *memory.Backend
 }
 
-func newFixture(t *testing.T, opts ...memory.Option) *fixture {
+func newFixture(t testing.TB, opts ...memory.Option) *fixture {
 	t.Helper()
 	clock := memory.NewManualClock(time.Unix(1_000_000, 0))
 	b, err := memory.New(append([]memory.Option{memory.WithClock(clock)}, opts...)...)
