@@ -95,7 +95,7 @@ func harness(t *testing.T) sqltest.Harness {
 			}
 			return b, b.Shutdown, nil
 		},
-		NewCounted: func(t *testing.T, w *sqltest.WireCounter) session.Backend {
+		NewCounted: func(t testing.TB, w *sqltest.WireCounter) session.Backend {
 			cdb := newDB(t, d, w)
 			cdb.SetMaxOpenConns(1)
 			return newBackend(t, cdb, "")

@@ -132,11 +132,9 @@ BEGIN
                     END IF;
                 END IF;
                 IF v_alive = 0 THEN
-                    UPDATE {p}_leases
-                       SET session_id = p_id,
-                           token = GREATEST(token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)))
-                     WHERE name = v_name;
-                    SELECT token INTO v_token FROM {p}_leases WHERE name = v_name;
+                    -- v_token is the row's, read under its lock above.
+                    SET v_token = GREATEST(v_token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)));
+                    UPDATE {p}_leases SET session_id = p_id, token = v_token WHERE name = v_name;
                     SET v_won = 1;
                 ELSE
                     SET v_token = 0;

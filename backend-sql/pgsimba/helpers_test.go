@@ -100,7 +100,7 @@ func harness(t *testing.T) sqltest.Harness {
 			}
 			return b, b.Shutdown, nil
 		},
-		NewCounted: func(t *testing.T, w *sqltest.WireCounter) session.Backend {
+		NewCounted: func(t testing.TB, w *sqltest.WireCounter) session.Backend {
 			return newBackend(t, newPool(t, url+"&pool_max_conns=1", w), "")
 		},
 		Drop: func(t testing.TB, prefix string) { dropSchema(t, pool, prefix) },
@@ -160,4 +160,14 @@ func engine(t *testing.T) sqltest.Engine {
 		},
 		CtlEnv: "SIMBA_POSTGRES_RESTART_CTL",
 	}
+}
+
+// newBackendNoDrop is another client of an existing namespace.
+func newBackendNoDrop(t testing.TB, pool *pgxpool.Pool, prefix string) (*pgsimba.Backend, error) {
+	b, err := pgsimba.New(sqltest.Ctx(t), pool, pgsimba.WithPrefix(prefix))
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(b.Shutdown)
+	return b, nil
 }

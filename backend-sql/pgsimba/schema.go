@@ -88,6 +88,17 @@ BEGIN
     -- p_names is sorted, so concurrent calls lock lease rows in one order.
     FOREACH v_name IN ARRAY p_names LOOP
         r_name := v_name;
+        -- Fast path: a released lease (its row kept, owner NULL).
+        UPDATE {p}_leases l SET session_id = p_id,
+               token = greatest(l.token + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+         WHERE l.name = v_name AND l.session_id IS NULL
+        RETURNING l.token INTO v_token;
+        IF FOUND THEN
+            v_won := true;
+            r_token := v_token;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
         -- A new name starts at the clock in microseconds, so that tokens
         -- keep rising even if the table was emptied (ADR 0031).
         INSERT INTO {p}_leases AS l (name, session_id, token)

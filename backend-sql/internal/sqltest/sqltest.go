@@ -28,7 +28,7 @@ type Harness struct {
 	New func(ctx context.Context, prefix string) (b session.Backend, close func(), err error)
 	// NewCounted returns a backend in a fresh namespace whose only
 	// database connection is counted by w (schema dropped when t ends).
-	NewCounted func(t *testing.T, w *WireCounter) session.Backend
+	NewCounted func(t testing.TB, w *WireCounter) session.Backend
 	// Drop removes the namespace's tables and routines.
 	Drop func(t testing.TB, prefix string)
 	// LockSession holds the lock of the session's row in another

@@ -1,0 +1,270 @@
+package sqltest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/election"
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/term"
+)
+
+// Bench is a dialect for the benchmarks: Simba's operations side by side
+// with the raw single-row statements on the same server, in one run.
+type Bench struct {
+	Harness Harness
+	// NewClient returns a new client (its own Backend value, and on
+	// PostgreSQL its own LISTEN connection) in the namespace prefix.
+	NewClient func(b *testing.B, prefix string) session.Backend
+	// Raw returns the raw upsert and delete of one row, on a table it
+	// creates (and drops when b ends).
+	Raw func(b *testing.B) (upsert func(ctx context.Context, name, owner string, token int64) error, del func(ctx context.Context, name string) error)
+}
+
+// RunAcquireRelease: an uncontended acquire + release of one lease, and
+// the raw single-row upsert + delete.
+func RunAcquireRelease(b *testing.B, bh Bench) {
+	b.Run("simba", func(b *testing.B) {
+		be := bh.NewClient(b, "")
+		id := Open(b, be, time.Minute)
+		ctx := context.Background()
+		lease := []session.Lease{{Name: "bench"}}
+		req := session.AcquireRequest{ID: id, Names: []string{"bench"}}
+		b.ResetTimer()
+		for b.Loop() {
+			rep, err := be.Acquire(ctx, req)
+			if err != nil || rep.Results[0].Token == 0 {
+				b.Fatalf("Acquire = %+v, %v", rep, err)
+			}
+			lease[0].Token = rep.Results[0].Token
+			if err := be.Release(ctx, session.ReleaseRequest{ID: id, Leases: lease}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		upsert, del := bh.Raw(b)
+		ctx := context.Background()
+		owner := fmt.Sprintf("%032x", 1)
+		var i int64
+		b.ResetTimer()
+		for b.Loop() {
+			i++
+			if err := upsert(ctx, "bench", owner, i); err != nil {
+				b.Fatal(err)
+			}
+			if err := del(ctx, "bench"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// RunRenew: one renewal of a session that owns n leases, at a known
+// version (the steady state: nothing listed) and in full (the owned set
+// changed: every lease listed). Reports round trips and bytes per renewal.
+func RunRenew(b *testing.B, bh Bench) {
+	for _, n := range []int{1, 100, 10000} {
+		var wc WireCounter
+		be := bh.Harness.NewCounted(b, &wc)
+		id := Open(b, be, 10*time.Minute)
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("lease-%05d", i)
+		}
+		if _, err := be.Acquire(Ctx(b), session.AcquireRequest{ID: id, Names: names}); err != nil {
+			b.Fatal(err)
+		}
+		r, err := be.Renew(Ctx(b), session.RenewRequest{ID: id})
+		if err != nil || len(r.Leases) != n {
+			b.Fatalf("Renew = %d leases, %v; want %d", len(r.Leases), err, n)
+		}
+		for _, mode := range []string{"known", "full"} {
+			known := r.Version
+			if mode == "full" {
+				known = 0
+			}
+			b.Run(fmt.Sprintf("leases=%d/%s", n, mode), func(b *testing.B) {
+				ctx := context.Background()
+				wc.Reset()
+				b.ResetTimer()
+				for b.Loop() {
+					if _, err := be.Renew(ctx, session.RenewRequest{ID: id, KnownVersion: known}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				ops := float64(b.N)
+				b.ReportMetric(float64(wc.Trips.Load())/ops, "trips/op")
+				b.ReportMetric(float64(wc.Sent.Load())/ops, "sent-B/op")
+				b.ReportMetric(float64(wc.Received.Load())/ops, "recv-B/op")
+			})
+		}
+	}
+}
+
+// RunHandover: a voluntary handover between two clients, each with its
+// own session and election on one name: from Stop on the leader to
+// OnElected on the candidate. Reports the p50 and p90 in milliseconds.
+// Candidates retry every RenewInterval/2 plus jitter (here 0.5 s to 1 s),
+// so without a broadcast the handover waits for that poll; each Stop comes
+// at a random phase of the candidate's polling. ns/op is meaningless here
+// (it includes the waits for that phase).
+func RunHandover(b *testing.B, bh Bench) {
+	prefix := FreshPrefix()
+	cfg := deadline.Config{LeaseDuration: 3 * time.Second, RenewInterval: time.Second}
+	type node struct {
+		s        *session.Session
+		e        *election.Election
+		elected  chan time.Time
+		attempts chan struct{}
+	}
+	nodes := make([]*node, 2)
+	for i := range nodes {
+		be := bh.NewClient(b, prefix)
+		s, err := session.Open(Ctx(b), be, session.WithConfig(cfg), session.WithLogger(nil))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = s.Close() })
+		nodes[i] = &node{s: s, elected: make(chan time.Time, 4), attempts: make(chan struct{}, 64)}
+	}
+	start := func(n *node) {
+		for len(n.attempts) > 0 {
+			<-n.attempts
+		}
+		e, err := election.Start(n.s, "handover", election.WithListener(election.Funcs{
+			Elected: func(*term.Term) { n.elected <- time.Now() },
+		}), election.OnAttempt(func(error) {
+			select {
+			case n.attempts <- struct{}{}:
+			default:
+			}
+		}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		n.e = e
+	}
+	await := func(n *node) time.Time {
+		select {
+		case at := <-n.elected:
+			return at
+		case <-time.After(20 * time.Second):
+			b.Fatal("no OnElected within 20s")
+			return time.Time{}
+		}
+	}
+	start(nodes[0])
+	await(nodes[0])
+	start(nodes[1])
+	leader := 0
+	var took []time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		l, c := nodes[leader], nodes[1-leader]
+		// Stop at a random phase of the candidate's polling, as in life:
+		// after its first periodic attempt, wait a random part of a period.
+		b.StopTimer()
+		for range 2 { // the attempt at Start, then a periodic one
+			select {
+			case <-c.attempts:
+			case <-time.After(20 * time.Second):
+				b.Fatal("candidate made no attempt within 20s")
+			}
+		}
+		<-time.After(time.Duration(rand.Int64N(int64(cfg.RenewInterval))))
+		b.StartTimer()
+		t0 := time.Now()
+		if err := l.e.Stop(Ctx(b)); err != nil {
+			b.Fatal(err)
+		}
+		took = append(took, await(c).Sub(t0))
+		start(l) // the old leader competes again, as a candidate
+		leader = 1 - leader
+	}
+	b.StopTimer()
+	for _, n := range nodes {
+		_ = n.e.Stop(Ctx(b))
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2])/float64(time.Millisecond), "p50-ms")
+	b.ReportMetric(float64(took[len(took)*9/10])/float64(time.Millisecond), "p90-ms")
+}
+
+// RunHandoverBackend is the backend-level handover, without the engine:
+// A releases, then B acquires as soon as it learns the lease is free —
+// from a release notice where the backend broadcasts (subscribe is not
+// nil), else by polling Acquire every poll. Reports the p50 and p90 in
+// milliseconds from the release call to B's successful Acquire.
+func RunHandoverBackend(b *testing.B, bh Bench, subscribe func(be session.Backend, fn func(session.Notice)) (stop func()), poll time.Duration) {
+	prefix := FreshPrefix()
+	ba, bb := bh.NewClient(b, prefix), bh.NewClient(b, prefix)
+	ida, idb := Open(b, ba, time.Minute), Open(b, bb, time.Minute)
+	notices := make(chan string, 64)
+	if subscribe != nil {
+		stop := subscribe(bb, func(n session.Notice) {
+			select {
+			case notices <- n.Name:
+			default:
+			}
+		})
+		b.Cleanup(stop)
+	}
+	ctx := context.Background()
+	var took []time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		tok := Acquire(b, ba, ida, "handover")
+		if tok == 0 {
+			b.Fatal("A could not acquire")
+		}
+		for len(notices) > 0 {
+			<-notices
+		}
+		b.StartTimer()
+		t0 := time.Now()
+		if err := ba.Release(ctx, session.ReleaseRequest{ID: ida, Leases: []session.Lease{{Name: "handover", Token: tok}}}); err != nil {
+			b.Fatal(err)
+		}
+		var won uint64
+		// Without notices, B polls every poll, and the release falls at a
+		// random phase of that: its next poll comes after a random part
+		// of a period.
+		wait := time.Duration(0)
+		if poll > 0 {
+			wait = time.Duration(rand.Int64N(int64(poll)))
+		}
+		for won == 0 {
+			if subscribe != nil {
+				select {
+				case <-notices:
+				case <-time.After(20 * time.Second):
+					b.Fatal("no release notice within 20s")
+				}
+			} else {
+				<-time.After(wait)
+				wait = poll
+			}
+			rep, err := bb.Acquire(ctx, session.AcquireRequest{ID: idb, Names: []string{"handover"}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			won = rep.Results[0].Token
+		}
+		took = append(took, time.Since(t0))
+		b.StopTimer()
+		if err := bb.Release(ctx, session.ReleaseRequest{ID: idb, Leases: []session.Lease{{Name: "handover", Token: won}}}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2])/float64(time.Millisecond), "p50-ms")
+	b.ReportMetric(float64(took[len(took)*9/10])/float64(time.Millisecond), "p90-ms")
+}

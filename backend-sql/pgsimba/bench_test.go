@@ -1,0 +1,76 @@
+package pgsimba_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/simba-go/simba/backend-sql/internal/sqltest"
+	"github.com/simba-go/simba/session"
+)
+
+func bench(b *testing.B) sqltest.Bench {
+	url := pgURL(b)
+	pool := newPool(b, url, nil)
+	h := sqltest.Harness{
+		NewCounted: func(t testing.TB, w *sqltest.WireCounter) session.Backend {
+			return newBackend(t, newPool(t, url+"&pool_max_conns=1", w), "")
+		},
+	}
+	var schemaMade = map[string]bool{}
+	return sqltest.Bench{
+		Harness: h,
+		NewClient: func(b *testing.B, prefix string) session.Backend {
+			if prefix == "" {
+				prefix = sqltest.FreshPrefix()
+			}
+			if schemaMade[prefix] {
+				be, err := newBackendNoDrop(b, pool, prefix)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return be
+			}
+			schemaMade[prefix] = true
+			return newBackend(b, pool, prefix)
+		},
+		Raw: func(b *testing.B) (func(context.Context, string, string, int64) error, func(context.Context, string) error) {
+			tbl := sqltest.FreshPrefix() + "_raw"
+			if _, err := pool.Exec(sqltest.Ctx(b), "CREATE TABLE "+tbl+" (name text PRIMARY KEY, session_id text, token bigint NOT NULL)"); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP TABLE "+tbl) })
+			upsert := "INSERT INTO " + tbl + " (name, session_id, token) VALUES ($1, $2, $3) ON CONFLICT (name) DO UPDATE SET session_id = EXCLUDED.session_id, token = EXCLUDED.token"
+			del := "DELETE FROM " + tbl + " WHERE name = $1"
+			return func(ctx context.Context, name, owner string, token int64) error {
+					_, err := pool.Exec(ctx, upsert, name, owner, token)
+					return err
+				}, func(ctx context.Context, name string) error {
+					_, err := pool.Exec(ctx, del, name)
+					return err
+				}
+		},
+	}
+}
+
+// BenchmarkAcquireRelease: Simba's uncontended acquire + release next to
+// the raw single-row upsert + delete, on the same server in one run.
+func BenchmarkAcquireRelease(b *testing.B) { sqltest.RunAcquireRelease(b, bench(b)) }
+
+// BenchmarkRenew: one renewal with 1, 100 and 10,000 leases.
+func BenchmarkRenew(b *testing.B) { sqltest.RunRenew(b, bench(b)) }
+
+// BenchmarkHandover: Stop on the leader → OnElected on the candidate, woken
+// by LISTEN/NOTIFY.
+func BenchmarkHandover(b *testing.B) { sqltest.RunHandover(b, bench(b)) }
+
+// BenchmarkHandoverBackend: A releases → B's LISTEN notice → B's Acquire,
+// without the engine.
+func BenchmarkHandoverBackend(b *testing.B) {
+	sqltest.RunHandoverBackend(b, bench(b), func(be session.Backend, fn func(session.Notice)) func() {
+		stop, err := be.(session.Broadcaster).Subscribe(fn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return stop
+	}, 0)
+}
