@@ -163,6 +163,32 @@ var cases = []testCase{
 		},
 	},
 	{
+		name:    "RenewListsManyLeases",
+		promise: "Renew is one call whatever the number of leases: one reply lists them all, and an unchanged set keeps its Version",
+		f: func(e *env) {
+			const n = 200
+			s := e.open()
+			names := make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprintf("many-%03d", i)
+			}
+			want := map[string]uint64{}
+			for _, r := range s.acquireAll(names...) {
+				if r.Err != nil || r.Token == 0 {
+					e.fatalf("Acquire(%q) of a free name: token %d, err %v", r.Name, r.Token, r.Err)
+				}
+				want[r.Name] = r.Token
+			}
+			r1 := s.renew(0)
+			if got := leaseMap(e, r1.Leases); !r1.Full || !mapsEqual(got, want) {
+				e.errorf("Renew(known 0) with %d leases: Full %v, %d listed, want all %d", n, r1.Full, len(got), n)
+			}
+			if r2 := s.renew(r1.Version); r2.Version != r1.Version {
+				e.errorf("Renew with nothing changed: Version %d, want unchanged %d", r2.Version, r1.Version)
+			}
+		},
+	},
+	{
 		name:    "AcquireRefusedWhileOwned",
 		promise: "Acquire of a name owned by a live session answers token 0 and no error, and changes nothing",
 		f: func(e *env) {
