@@ -119,7 +119,7 @@ func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.Op
 	}
 	b.sessions[s.id] = s
 	b.mu.Unlock()
-	s.log.Info("zkbackend: session opened", "requested", req.LeaseDuration, "negotiated", s.timeout())
+	s.log.Info("zkbackend: session opened", "session", s.id, "requested", req.LeaseDuration, "negotiated", s.timeout())
 	return session.OpenReply{ID: s.id, Remaining: Grant(s.timeout())}, nil
 }
 

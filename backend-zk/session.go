@@ -19,7 +19,7 @@ import (
 // knows about the leases it owns and the watches it has armed.
 type zsession struct {
 	b    *Backend
-	log  *slog.Logger
+	log  *slog.Logger // never reassigned: callbacks read it concurrently
 	conn atomic.Pointer[zk.Conn]
 
 	id        session.ID   // set once Open has the session
@@ -79,7 +79,6 @@ func (b *Backend) dialSession(ctx context.Context, lease time.Duration) (*zsessi
 		return nil, fmt.Errorf("connecting to %v: %w", b.servers, context.Cause(ctx))
 	}
 	s.id = formatID(s.sid.Load())
-	s.log = s.log.With("session", s.id)
 	s.mu.Lock()
 	s.lastRenew = calledAt
 	s.watchdog.Store(time.AfterFunc(time.Until(calledAt.Add(s.timeout())), s.fireWatchdog))
@@ -135,7 +134,7 @@ func (s *zsession) onEvent(ev zk.Event) {
 				s.readyMu.Do(func() { close(s.ready) })
 				return
 			}
-			s.log.Info("zkbackend: reconnected", "server", ev.Server, "negotiated", s.timeout())
+			s.log.Info("zkbackend: reconnected", "session", formatID(s.sid.Load()), "server", ev.Server, "negotiated", s.timeout())
 			// Watches are re-set by go-zookeeper; an empty notice makes
 			// every waiting candidate try anyway.
 			s.b.notify(session.Notice{})
@@ -184,7 +183,7 @@ func (s *zsession) markExpired(why string) {
 		return
 	}
 	if !s.closed.Load() {
-		s.log.Warn("zkbackend: session expired", "why", why)
+		s.log.Warn("zkbackend: session expired", "session", formatID(s.sid.Load()), "why", why)
 	}
 	s.goneMu.Do(func() { close(s.gone) })
 	s.stopWatchdog()
