@@ -96,7 +96,9 @@ func (q *serial) next() {
 		// finished before Execute returned (a direct executor), else the
 		// goroutine that ran it.
 		var handoff atomic.Int32
+		release := q.s.Hold()
 		err := q.exec.Execute(func() {
+			defer release()
 			q.s.Inside(it.run)
 			if handoff.CompareAndSwap(0, 2) {
 				return
@@ -104,6 +106,7 @@ func (q *serial) next() {
 			q.next()
 		})
 		if err != nil {
+			release()
 			it.refused(errors.Join(ErrRefused, err))
 			continue
 		}

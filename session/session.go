@@ -326,6 +326,16 @@ func (s *Session) Go(f func()) {
 	})
 }
 
+// Hold makes Close wait until release is called (unless Close is called
+// from the session's own callbacks or tasks). Modules built on the session
+// hold it while a callback is queued or running on their executor, so that
+// nothing is delivered after Close returns.
+func (s *Session) Hold() (release func()) {
+	s.wg.Add(1)
+	var once sync.Once
+	return func() { once.Do(s.wg.Done) }
+}
+
 // Inside runs f marked as the session's own code: blocking calls made from
 // f do not wait for work that f itself may be delaying. Callback executors
 // of modules built on the session wrap callbacks with it.
