@@ -564,6 +564,9 @@ var dataLoss = testCase{
 			e.t.Logf("Acquire after data loss refused (allowed): %v", err)
 			return
 		}
+		if len(acq.Results) != 2 {
+			e.fatalf("Acquire of 2 names after data loss: %d results", len(acq.Results))
+		}
 		for i, before := range []uint64{tx, ty} {
 			r := acq.Results[i]
 			switch {

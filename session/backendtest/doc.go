@@ -18,7 +18,12 @@
 //
 // and Run runs one named subtest per promise, each in a fresh namespace
 // ("kt" and 8 random hex digits, valid on every backend). Every failure
-// message ends with the promise it checks.
+// message ends with the promise it checks; docs/spec-coverage/backendtest.md
+// lists the subtests and their promises. Subtest names are stable: the
+// backends' coverage tables cite them.
+//
+// Like testing/slogtest, this package imports testing: it is meant to be
+// imported only from _test files.
 //
 // Subtests that must let the backend's time pass (expiry, renewal) wait on
 // real timers sized from [Config.Lease] and run in parallel with each other,
