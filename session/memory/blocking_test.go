@@ -158,3 +158,32 @@ func TestDeterministic(t *testing.T) {
 		}
 	}
 }
+
+func TestSubscriberMayCallTheBackend(t *testing.T) {
+	// fn releases a second lease from inside the first notice: the second
+	// notice is queued and delivered after fn returns, in order, instead of
+	// deadlocking or nesting.
+	f := newFixture(t)
+	a := f.open()
+	tx, ty := f.acquire(a, "x"), f.acquire(a, "y")
+	var got []string
+	depth := 0
+	stop, _ := f.b.Subscribe(func(n session.Notice) {
+		depth++
+		defer func() { depth-- }()
+		if depth > 1 {
+			t.Errorf("fn nested (depth %d) for %q", depth, n.Name)
+		}
+		got = append(got, n.Name)
+		if n.Name == "x" {
+			_ = f.b.Release(t.Context(), session.ReleaseRequest{ID: a, Leases: []session.Lease{{Name: "y", Token: ty}}})
+		}
+	})
+	defer stop()
+	if err := f.b.Release(t.Context(), session.ReleaseRequest{ID: a, Leases: []session.Lease{{Name: "x", Token: tx}}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] != "x" || got[1] != "y" {
+		t.Errorf("notices %q, want [x y]", got)
+	}
+}

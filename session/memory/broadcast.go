@@ -6,23 +6,29 @@ import (
 	"github.com/simba-go/simba/session"
 )
 
+// subscriber delivers notices to fn one at a time. A notice that arrives
+// while fn is running (from another goroutine, or from fn itself calling the
+// backend) is queued and delivered by the goroutine already delivering, so
+// fn never runs twice at once and a re-entrant call cannot deadlock.
 type subscriber struct {
-	// turn is a one-slot semaphore held while fn runs, so stop can wait for
-	// it. A channel, not a mutex, so that a goroutine waiting in stop counts
-	// as durably blocked under testing/synctest.
-	turn    chan struct{}
-	fn      func(session.Notice)
-	stopped bool // guarded by turn
+	fn func(session.Notice)
+
+	mu         sync.Mutex // never held while fn runs
+	queue      []session.Notice
+	delivering bool
+	stopped    bool
+	idle       chan struct{} // closed when delivery stops, if stop waits
 }
 
 // Subscribe delivers a [session.Notice] to fn for every lease of the
 // namespace that is released, closed with its session, or freed by an
 // expiry the backend notices, and an empty Notice after [Backend.LoseData].
-// fn is called synchronously by the goroutine whose call freed the lease,
-// after the backend has unlocked, one notice at a time; it must not block
-// and must not call stop. stop returns once fn will not be called again.
+// fn is called by the goroutine whose call freed the lease, after the
+// backend has unlocked (or by the goroutine already delivering to fn), one
+// notice at a time and in order. It must not block, and must not call stop.
+// stop returns once fn will not be called again.
 func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
-	sub := &subscriber{turn: make(chan struct{}, 1), fn: fn}
+	sub := &subscriber{fn: fn}
 	s := b.s
 	s.subMu.Lock()
 	s.subs = append(s.subs, sub)
@@ -38,9 +44,7 @@ func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
 				}
 			}
 			s.subMu.Unlock()
-			sub.turn <- struct{}{}
-			sub.stopped = true
-			<-sub.turn
+			sub.stop()
 		})
 	}, nil
 }
@@ -52,7 +56,7 @@ func (s *store) notify(names []string) {
 		return
 	}
 	s.subMu.Lock()
-	subs := s.subs // copied on write by stop, so safe to range unlocked
+	subs := s.subs // replaced, never modified in place, by stop
 	s.subMu.Unlock()
 	for _, sub := range subs {
 		for _, name := range names {
@@ -62,9 +66,47 @@ func (s *store) notify(names []string) {
 }
 
 func (sub *subscriber) deliver(n session.Notice) {
-	sub.turn <- struct{}{}
-	defer func() { <-sub.turn }()
-	if !sub.stopped {
-		sub.fn(n)
+	sub.mu.Lock()
+	if sub.stopped {
+		sub.mu.Unlock()
+		return
 	}
+	sub.queue = append(sub.queue, n)
+	if sub.delivering {
+		sub.mu.Unlock()
+		return
+	}
+	sub.delivering = true
+	for len(sub.queue) > 0 && !sub.stopped {
+		next := sub.queue[0]
+		sub.queue = sub.queue[1:]
+		sub.mu.Unlock()
+		sub.fn(next)
+		sub.mu.Lock()
+	}
+	sub.delivering = false
+	if sub.idle != nil {
+		close(sub.idle)
+		sub.idle = nil
+	}
+	sub.mu.Unlock()
+}
+
+// stop ends delivery and waits for a running fn to return. It waits on a
+// channel, not a mutex, so that under testing/synctest a goroutine in stop
+// counts as durably blocked.
+func (sub *subscriber) stop() {
+	sub.mu.Lock()
+	sub.stopped = true
+	sub.queue = nil
+	if !sub.delivering {
+		sub.mu.Unlock()
+		return
+	}
+	if sub.idle == nil {
+		sub.idle = make(chan struct{})
+	}
+	idle := sub.idle
+	sub.mu.Unlock()
+	<-idle
 }
