@@ -112,6 +112,20 @@ var brokenBackends = []struct {
 		want: []string{"BroadcastOnRelease", "CloseReleasesEverything", "ContextHonoured", "TokensStrictlyIncrease"},
 	},
 	{
+		name: "RevivesExpiredSessions",
+		cfg: func() backendtest.Config {
+			return memoryConfig(func(b *memory.Backend) session.Backend { return revive{b} })
+		},
+		want: []string{"CloseReleasesEverything", "ExpiredSessionStaysExpired", "TokensSurviveDataLoss"},
+	},
+	{
+		name: "AcquireIgnoresHolder",
+		cfg: func() backendtest.Config {
+			return memoryConfig(func(b *memory.Backend) session.Backend { return grabAll{b} })
+		},
+		want: []string{"AcquireRefusedWhileOwned", "BatchAcquire", "BroadcastOnRelease", "RacingAcquireOneWinner", "StaleReleaseIsNoop"},
+	},
+	{
 		name: "SilentBroadcaster",
 		cfg: func() backendtest.Config {
 			return memoryConfig(func(b *memory.Backend) session.Backend { return silent{b} })
@@ -217,3 +231,28 @@ func (closeNoop) Close(context.Context, session.ID) error { return nil }
 type silent struct{ *memory.Backend }
 
 func (silent) Subscribe(func(session.Notice)) (func(), error) { return func() {}, nil }
+
+// revive answers a renewal of an ended session as if it were alive.
+type revive struct{ *memory.Backend }
+
+func (b revive) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+	r, err := b.Backend.Renew(ctx, req)
+	if errors.Is(err, session.ErrExpired) {
+		return session.RenewReply{Remaining: time.Second, Version: 1, Full: true}, nil
+	}
+	return r, err
+}
+
+// grabAll answers a token for a name another live session holds.
+type grabAll struct{ *memory.Backend }
+
+func (b grabAll) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+	r, err := b.Backend.Acquire(ctx, req)
+	for i := range r.Results {
+		if r.Results[i].Err == nil && r.Results[i].Token == 0 {
+			_, tok, _ := b.Owner(r.Results[i].Name)
+			r.Results[i].Token = tok + 1
+		}
+	}
+	return r, err
+}
