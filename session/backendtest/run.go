@@ -1,8 +1,12 @@
 package backendtest
 
 import (
+	"slices"
 	"testing"
 )
+
+// cases are the Promises subtests, in the order they run.
+var cases = slices.Concat(sessionCases, leaseCases, broadcastCases)
 
 // testCase is one promise and the subtest that checks it.
 type testCase struct {

@@ -1,101 +1,17 @@
 package backendtest
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/session"
 )
 
-var cases = []testCase{
-	{
-		name:    "OpenGivesFreshSession",
-		promise: "Open gives a new session ID and a positive Remaining of at most the requested lease",
-		f: func(e *env) {
-			a, b := e.open(), e.open()
-			if a.id == b.id {
-				e.errorf("two Opens returned the same ID %s", a.id)
-			}
-		},
-	},
-	{
-		name:    "IDsNeverReused",
-		promise: "a session ID is never handed out twice",
-		f: func(e *env) {
-			const n = 40
-			b := e.client()
-			seen := map[session.ID]bool{}
-			for range n {
-				s := e.openOn(b)
-				if seen[s.id] {
-					e.fatalf("Open returned ID %s a second time", s.id)
-				}
-				seen[s.id] = true
-				if len(seen)%2 == 0 {
-					s.close() // a closed session's ID is not reused either
-				}
-			}
-		},
-	},
-	{
-		name:    "RenewRestoresRemaining",
-		waits:   true,
-		promise: "a renewal extends the session by its lease, measured by the backend's clock, so a session renewed in time outlives its first lease",
-		f: func(e *env) {
-			s := e.open()
-			r0 := s.opened.Remaining
-			step := r0 / 2
-			// Renew every half grant for longer than the lease plus grace:
-			// only renewals that really extend the session keep it alive.
-			for waited := time.Duration(0); waited <= e.cfg.Lease+e.cfg.ExpiryGrace; waited += step {
-				e.wait(step)
-				r := s.renew(0)
-				if r.Remaining < r0*3/4 {
-					e.errorf("after %v, Renew: Remaining = %v, want about the %v granted at Open: renewal restores the lease",
-						waited+step, r.Remaining, r0)
-				}
-			}
-		},
-	},
-	{
-		name:    "ExpiredSessionStaysExpired",
-		waits:   true,
-		promise: "a session not renewed for its lease expires, and then answers ErrExpired to Renew and Acquire forever, also after later Opens",
-		f: func(e *env) {
-			a := e.open()
-			a.mustAcquire("held")
-			e.waitExpiry()
-			expired := func(when string) {
-				e.t.Helper()
-				if _, err := a.b.Renew(e.ctx(), session.RenewRequest{ID: a.id}); !errors.Is(err, session.ErrExpired) {
-					e.errorf("%s: Renew of a session past its lease: err = %v, want ErrExpired", when, err)
-				}
-				reply, err := a.b.Acquire(e.ctx(), session.AcquireRequest{ID: a.id, Names: []string{"other"}})
-				if !errors.Is(err, session.ErrExpired) {
-					e.errorf("%s: Acquire for a session past its lease: err = %v, results %v, want ErrExpired", when, err, reply.Results)
-				}
-			}
-			expired("after the lease")
-			b := e.open()
-			if b.id == a.id {
-				e.errorf("Open after expiry returned the expired ID %s", a.id)
-			}
-			if tok := b.acquire("other"); tok == 0 {
-				e.errorf("Acquire(%q) refused: the expired session must not have acquired it", "other")
-			}
-			expired("after a later Open")
-			if err := a.b.Close(e.ctx(), a.id); err != nil {
-				e.errorf("Close of an expired session: %v, want nil", err)
-			}
-			expired("after Close")
-		},
-	},
+// leaseCases check leases: acquisition, tokens, release, the owned set.
+var leaseCases = []testCase{
 	{
 		name:    "TakeoverAfterExpiry",
 		waits:   true,
@@ -278,31 +194,6 @@ var cases = []testCase{
 		},
 	},
 	{
-		name:    "CloseReleasesEverything",
-		promise: "Close ends the session at once and frees every lease it owns; the session then answers ErrExpired or ErrClosed, and closing it again is not an error",
-		f: func(e *env) {
-			a, b := e.open(), e.open()
-			tx, ty := a.mustAcquire("x"), a.mustAcquire("y")
-			a.close()
-			rs := b.acquireAll("x", "y")
-			if rs[0].Token <= tx || rs[1].Token <= ty {
-				e.errorf("Acquire after the owner closed: tokens %d, %d, want > %d, > %d", rs[0].Token, rs[1].Token, tx, ty)
-			}
-			if _, err := a.b.Renew(e.ctx(), session.RenewRequest{ID: a.id}); !isEnded(err) {
-				e.errorf("Renew after Close: err = %v, want ErrExpired or ErrClosed", err)
-			}
-			if _, err := a.b.Acquire(e.ctx(), session.AcquireRequest{ID: a.id, Names: []string{"z"}}); !isEnded(err) {
-				e.errorf("Acquire after Close: err = %v, want ErrExpired or ErrClosed", err)
-			}
-			if tz := b.acquire("z"); tz == 0 {
-				e.errorf("the closed session acquired %q", "z")
-			}
-			if err := a.b.Close(e.ctx(), a.id); err != nil {
-				e.errorf("second Close: %v, want nil", err)
-			}
-		},
-	},
-	{
 		name:    "BatchAcquire",
 		promise: "one Acquire carries many names and answers each in order: free names won, held names token 0, invalid names an error, all in one call",
 		f: func(e *env) {
@@ -440,141 +331,5 @@ var cases = []testCase{
 				ss[winner].release(session.Lease{Name: name, Token: last})
 			}
 		},
-	},
-	{
-		name:    "ContextHonoured",
-		promise: "every method honours ctx: with a cancelled context it returns an error wrapping context.Canceled",
-		f: func(e *env) {
-			s := e.open()
-			tok := s.mustAcquire("lease")
-			ctx, cancel := context.WithCancel(e.t.Context())
-			cancel()
-			check := func(op string, err error) {
-				e.t.Helper()
-				if !errors.Is(err, context.Canceled) {
-					e.errorf("%s with a cancelled context: err = %v, want context.Canceled", op, err)
-				}
-			}
-			_, err := s.b.Open(ctx, session.OpenRequest{LeaseDuration: e.cfg.Lease})
-			check("Open", err)
-			_, err = s.b.Renew(ctx, session.RenewRequest{ID: s.id})
-			check("Renew", err)
-			_, err = s.b.Acquire(ctx, session.AcquireRequest{ID: s.id, Names: []string{"other"}})
-			check("Acquire", err)
-			check("Release", s.b.Release(ctx, session.ReleaseRequest{ID: s.id, Leases: []session.Lease{{Name: "lease", Token: tok}}}))
-			check("Close", s.b.Close(ctx, s.id))
-		},
-	},
-	{
-		name:    "BroadcastOnRelease",
-		promise: "a Broadcaster tells a subscribed client of the same namespace, within a bounded time, about a name released or freed by Close, once that client's Acquire of it failed; stop waits until fn is no longer called",
-		f:       broadcast,
-	},
-}
-
-func broadcast(e *env) {
-	watcher := e.client()
-	bc, ok := watcher.(session.Broadcaster)
-	if !ok {
-		e.t.Skipf("%T does not implement session.Broadcaster; nothing to check", watcher)
-	}
-	notices := make(chan session.Notice, 256)
-	var stopped atomic.Bool
-	var late atomic.Int32
-	stop, err := bc.Subscribe(func(n session.Notice) {
-		if stopped.Load() {
-			late.Add(1)
-		}
-		select {
-		case notices <- n:
-		default: // a full buffer loses a hint, which is allowed
-		}
-	})
-	if err != nil {
-		e.t.Fatalf("Subscribe: %v", err)
-	}
-	w := e.openOn(watcher)
-	holder := e.open()
-	expect := func(name, after string) {
-		e.t.Helper()
-		timer := time.NewTimer(e.cfg.NoticeTimeout)
-		defer timer.Stop()
-		for {
-			select {
-			case n := <-notices:
-				if n.Name == name {
-					return
-				}
-			case <-timer.C:
-				e.errorf("no Notice{%q} within %v after %s", name, e.cfg.NoticeTimeout, after)
-				return
-			}
-		}
-	}
-	tx := holder.mustAcquire("x")
-	if tok := w.acquire("x"); tok != 0 {
-		e.fatalf("watcher acquired a held name (token %d)", tok)
-	}
-	holder.release(session.Lease{Name: "x", Token: tx})
-	expect("x", "the holder released it")
-
-	holder.mustAcquire("y")
-	if tok := w.acquire("y"); tok != 0 {
-		e.fatalf("watcher acquired a held name (token %d)", tok)
-	}
-	holder.close()
-	expect("y", "the holder closed its session")
-
-	stop()
-	stopped.Store(true)
-	h2 := e.open()
-	tz := h2.mustAcquire("z")
-	h2.release(session.Lease{Name: "z", Token: tz})
-	if n := late.Load(); n > 0 {
-		e.errorf("fn was called %d times after stop returned", n)
-	}
-}
-
-var dataLoss = testCase{
-	name:    "TokensSurviveDataLoss",
-	promise: "after the store loses its data, old sessions stay expired and every new token is higher than every earlier one for its name, or the backend refuses with an error",
-	f: func(e *env) {
-		a := e.open()
-		tx := a.mustAcquire("x")
-		a.release(session.Lease{Name: "x", Token: tx})
-		tx = a.mustAcquire("x") // two terms, so the counter is past 1
-		ty := a.mustAcquire("y")
-		e.cfg.LoseData(e.t)
-		if _, err := a.b.Renew(e.ctx(), session.RenewRequest{ID: a.id}); !isEnded(err) {
-			e.errorf("Renew of a session from before the data loss: err = %v, want ErrExpired", err)
-		}
-		b := e.client()
-		reply, err := b.Open(e.ctx(), session.OpenRequest{LeaseDuration: e.cfg.Lease})
-		if err != nil {
-			e.t.Logf("Open after data loss refused (allowed): %v", err)
-			return
-		}
-		if reply.ID == a.id {
-			e.errorf("Open after data loss returned the old ID %s", a.id)
-		}
-		s := &sess{e: e, b: b, id: reply.ID, opened: reply}
-		defer func() { _ = b.Close(context.Background(), s.id) }()
-		acq, err := b.Acquire(e.ctx(), session.AcquireRequest{ID: s.id, Names: []string{"x", "y"}})
-		if err != nil {
-			e.t.Logf("Acquire after data loss refused (allowed): %v", err)
-			return
-		}
-		if len(acq.Results) != 2 {
-			e.fatalf("Acquire of 2 names after data loss: %d results", len(acq.Results))
-		}
-		for i, before := range []uint64{tx, ty} {
-			r := acq.Results[i]
-			switch {
-			case r.Err != nil:
-				e.t.Logf("Acquire(%q) after data loss refused (allowed): %v", r.Name, r.Err)
-			case r.Token <= before:
-				e.errorf("Acquire(%q) after data loss: token %d, want > %d: tokens never go backwards", r.Name, r.Token, before)
-			}
-		}
 	},
 }
