@@ -19,8 +19,13 @@ var broadcastCases = []testCase{
 func broadcast(e *env) {
 	watcher := e.client()
 	bc, ok := watcher.(session.Broadcaster)
-	if !ok {
-		e.t.Skipf("%T does not implement session.Broadcaster; nothing to check", watcher)
+	switch {
+	case e.cfg.Polls && ok:
+		e.t.Fatalf("%T implements session.Broadcaster but Config.Polls says it does not broadcast", watcher)
+	case e.cfg.Polls:
+		return // a polling backend: candidates find free leases on their next attempt
+	case !ok:
+		e.t.Fatalf("%T does not implement session.Broadcaster; set Config.Polls if the backend only polls", watcher)
 	}
 	notices := make(chan session.Notice, 256)
 	var stopped atomic.Bool

@@ -39,6 +39,12 @@ type Config struct {
 	// tick). Optional; default Lease/2.
 	ExpiryGrace time.Duration
 
+	// Polls declares a backend that does not broadcast releases (MySQL):
+	// the kit then checks that it does not implement [session.Broadcaster]
+	// either. Without it, the kit requires a Broadcaster and checks its
+	// notices.
+	Polls bool
+
 	// NoticeTimeout bounds the wait for a release notice from a
 	// [session.Broadcaster]. Optional; default 5s.
 	NoticeTimeout time.Duration
