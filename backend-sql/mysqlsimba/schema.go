@@ -15,6 +15,10 @@ package mysqlsimba
 // like the column: with the server's default collation, MySQL would
 // compare case-insensitively and could not use the primary key.
 //
+// A lease is owned by session_id only while held = 1. Release clears held
+// and keeps session_id and token, so releasing, and a session taking back a
+// name it held before, change no indexed column.
+//
 // Each procedure runs its own READ COMMITTED transaction, so every read
 // sees the latest commit, like PostgreSQL's default. Procedures are
 // suffixed _v1 so that a later release can add _v2 beside them.
@@ -29,6 +33,7 @@ CREATE TABLE IF NOT EXISTS {p}_leases (
     name       VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
     session_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NULL,
     token      BIGINT NOT NULL,
+    held       TINYINT NOT NULL,
     KEY session_idx (session_id)
 ) ENGINE=InnoDB`, `
 CREATE PROCEDURE IF NOT EXISTS {p}_open_v1(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_lease_us BIGINT)
@@ -69,7 +74,7 @@ BEGIN
             SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), v_exp) AS remaining_us,
                    v_ver AS version, NULL AS name, NULL AS token
             UNION ALL
-            SELECT NULL, NULL, l.name, l.token FROM {p}_leases l WHERE l.session_id = p_id;
+            SELECT NULL, NULL, l.name, l.token FROM {p}_leases l WHERE l.session_id = p_id AND l.held = 1;
         END IF;
         COMMIT;
     END IF;
@@ -84,6 +89,7 @@ BEGIN
     DECLARE v_alive INT;
     DECLARE v_won INT DEFAULT 0;
     DECLARE v_new INT;
+    DECLARE v_held INT;
     DECLARE v_out LONGTEXT CHARACTER SET ascii COLLATE ascii_bin DEFAULT '';
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
@@ -102,23 +108,23 @@ BEGIN
             END IF;
             SET v_name = SUBSTRING(p_names, v_pos, v_end - v_pos);
             SET v_pos = v_end + 1;
-            SET v_owner = NULL, v_token = NULL, v_new = 0;
-            SELECT session_id, token INTO v_owner, v_token FROM {p}_leases WHERE name = v_name FOR UPDATE;
+            SET v_owner = NULL, v_token = NULL, v_held = 0, v_new = 0;
+            SELECT session_id, token, held INTO v_owner, v_token, v_held FROM {p}_leases WHERE name = v_name FOR UPDATE;
             IF v_token IS NULL THEN
                 -- A new name starts at the clock in microseconds, so tokens
                 -- keep rising even if the table was emptied (ADR 0031).
                 -- ON DUPLICATE KEY: another call may insert it first.
-                INSERT INTO {p}_leases (name, session_id, token)
-                VALUES (v_name, p_id, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)))
+                INSERT INTO {p}_leases (name, session_id, token, held)
+                VALUES (v_name, p_id, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)), 1)
                 ON DUPLICATE KEY UPDATE token = token;
-                SELECT session_id, token INTO v_owner, v_token FROM {p}_leases WHERE name = v_name FOR UPDATE;
-                IF v_owner = p_id THEN
+                SELECT session_id, token, held INTO v_owner, v_token, v_held FROM {p}_leases WHERE name = v_name FOR UPDATE;
+                IF v_owner = p_id AND v_held = 1 THEN
                     SET v_new = 1, v_won = 1;
                 END IF;
             END IF;
-            IF v_new = 0 AND NOT (v_owner <=> p_id) THEN
+            IF v_new = 0 AND NOT (v_held = 1 AND v_owner <=> p_id) THEN
                 SET v_alive = 0;
-                IF v_owner IS NOT NULL THEN
+                IF v_held = 1 THEN
                     SELECT COUNT(*) INTO v_alive FROM {p}_sessions
                      WHERE id = v_owner AND expires_at > UTC_TIMESTAMP(6);
                     IF v_alive = 0 THEN
@@ -134,7 +140,7 @@ BEGIN
                 IF v_alive = 0 THEN
                     -- v_token is the row's, read under its lock above.
                     SET v_token = GREATEST(v_token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)));
-                    UPDATE {p}_leases SET session_id = p_id, token = v_token WHERE name = v_name;
+                    UPDATE {p}_leases SET session_id = p_id, held = 1, token = v_token WHERE name = v_name;
                     SET v_won = 1;
                 ELSE
                     SET v_token = 0;
@@ -173,9 +179,9 @@ BEGIN
         SET v_name = SUBSTRING(p_names, v_pos, v_end - v_pos);
         SET v_token = CAST(SUBSTRING(p_tokens, v_tpos, v_tend - v_tpos) AS SIGNED);
         SET v_pos = v_end + 1, v_tpos = v_tend + 1;
-        -- The token is kept: the next term of this name counts up from it.
-        UPDATE {p}_leases SET session_id = NULL
-         WHERE name = v_name AND token = v_token AND session_id = p_id;
+        -- The row and its token are kept: the next term counts up from it.
+        UPDATE {p}_leases SET held = 0
+         WHERE name = v_name AND token = v_token AND session_id = p_id AND held = 1;
         SET v_n = v_n + ROW_COUNT();
     END WHILE;
     IF v_n > 0 THEN
@@ -189,7 +195,7 @@ BEGIN
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
     -- Through the session index, rows come (and are locked) in name order.
-    UPDATE {p}_leases SET session_id = NULL WHERE session_id = p_id ORDER BY name;
+    UPDATE {p}_leases SET held = 0 WHERE session_id = p_id AND held = 1 ORDER BY name;
     DELETE FROM {p}_sessions WHERE id = p_id;
     COMMIT;
 END`,

@@ -56,6 +56,12 @@ func bench(b *testing.B) sqltest.Bench {
 // the raw single-row upsert + delete, on the same server in one run.
 func BenchmarkAcquireRelease(b *testing.B) { sqltest.RunAcquireRelease(b, bench(b)) }
 
+// BenchmarkAcquireReleaseInterleaved: the same two, alternating in one
+// loop; reports medians and their ratio.
+func BenchmarkAcquireReleaseInterleaved(b *testing.B) {
+	sqltest.RunAcquireReleaseInterleaved(b, bench(b))
+}
+
 // BenchmarkRenew: one renewal with 1, 100 and 10,000 leases.
 func BenchmarkRenew(b *testing.B) { sqltest.RunRenew(b, bench(b)) }
 

@@ -18,10 +18,14 @@ CREATE TABLE IF NOT EXISTS {p}_sessions (
     version    bigint      NOT NULL
 );
 
+-- A lease is owned by session_id only while held. Release clears held and
+-- keeps session_id and token, so releasing, and a session taking back a
+-- name it held before, change no indexed column (a HOT update).
 CREATE TABLE IF NOT EXISTS {p}_leases (
-    name       text   PRIMARY KEY,
+    name       text    PRIMARY KEY,
     session_id text,
-    token      bigint NOT NULL
+    token      bigint  NOT NULL,
+    held       boolean NOT NULL
 );
 
 CREATE INDEX IF NOT EXISTS {p}_leases_session_idx ON {p}_leases (session_id);
@@ -67,7 +71,7 @@ BEGIN
         -- Acquire and release change the version last, under this row's
         -- lock, which this transaction holds: the list matches v_ver.
         RETURN QUERY SELECT NULL::bigint, NULL::bigint, l.name, l.token
-                       FROM {p}_leases l WHERE l.session_id = p_id;
+                       FROM {p}_leases l WHERE l.session_id = p_id AND l.held;
     END IF;
 END $$;
 
@@ -78,6 +82,7 @@ DECLARE
     v_name  text;
     v_owner text;
     v_token bigint;
+    v_held  boolean;
     v_alive boolean;
     v_won   boolean := false;
 BEGIN
@@ -88,10 +93,10 @@ BEGIN
     -- p_names is sorted, so concurrent calls lock lease rows in one order.
     FOREACH v_name IN ARRAY p_names LOOP
         r_name := v_name;
-        -- Fast path: a released lease (its row kept, owner NULL).
-        UPDATE {p}_leases l SET session_id = p_id,
+        -- Fast path: a released lease (its row kept, not held).
+        UPDATE {p}_leases l SET session_id = p_id, held = true,
                token = greatest(l.token + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
-         WHERE l.name = v_name AND l.session_id IS NULL
+         WHERE l.name = v_name AND NOT l.held
         RETURNING l.token INTO v_token;
         IF FOUND THEN
             v_won := true;
@@ -101,8 +106,8 @@ BEGIN
         END IF;
         -- A new name starts at the clock in microseconds, so that tokens
         -- keep rising even if the table was emptied (ADR 0031).
-        INSERT INTO {p}_leases AS l (name, session_id, token)
-        VALUES (v_name, p_id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+        INSERT INTO {p}_leases AS l (name, session_id, token, held)
+        VALUES (v_name, p_id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, true)
         ON CONFLICT (name) DO NOTHING
         RETURNING l.token INTO v_token;
         IF FOUND THEN
@@ -111,15 +116,15 @@ BEGIN
             RETURN NEXT;
             CONTINUE;
         END IF;
-        SELECT l.session_id, l.token INTO v_owner, v_token
+        SELECT l.session_id, l.token, l.held INTO v_owner, v_token, v_held
           FROM {p}_leases l WHERE l.name = v_name FOR UPDATE;
-        IF v_owner = p_id THEN
+        IF v_held AND v_owner = p_id THEN
             r_token := v_token; -- already ours: the token it is owned under
             RETURN NEXT;
             CONTINUE;
         END IF;
         v_alive := NULL;
-        IF v_owner IS NOT NULL THEN
+        IF v_held THEN
             SELECT s.expires_at > clock_timestamp() INTO v_alive
               FROM {p}_sessions s WHERE s.id = v_owner;
             IF v_alive IS NOT TRUE THEN
@@ -135,7 +140,7 @@ BEGIN
         IF v_alive THEN
             r_token := 0;
         ELSE
-            UPDATE {p}_leases l SET session_id = p_id,
+            UPDATE {p}_leases l SET session_id = p_id, held = true,
                    token = greatest(l.token + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
              WHERE l.name = v_name
             RETURNING l.token INTO v_token;
@@ -156,9 +161,9 @@ DECLARE
     v_n integer := 0;
 BEGIN
     FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
-        -- The token is kept: the next term of this name counts up from it.
-        UPDATE {p}_leases l SET session_id = NULL
-         WHERE l.name = p_names[i] AND l.token = p_tokens[i] AND l.session_id = p_id;
+        -- The row and its token are kept: the next term counts up from it.
+        UPDATE {p}_leases l SET held = false
+         WHERE l.name = p_names[i] AND l.token = p_tokens[i] AND l.session_id = p_id AND l.held;
         IF FOUND THEN
             v_n := v_n + 1;
             -- Delivered at commit, only if the release commits.
@@ -177,9 +182,9 @@ DECLARE
     v_name text;
     v_n    integer := 0;
 BEGIN
-    FOR v_name IN SELECT l.name FROM {p}_leases l WHERE l.session_id = p_id
+    FOR v_name IN SELECT l.name FROM {p}_leases l WHERE l.session_id = p_id AND l.held
                    ORDER BY l.name FOR UPDATE LOOP
-        UPDATE {p}_leases l SET session_id = NULL WHERE l.name = v_name;
+        UPDATE {p}_leases l SET held = false WHERE l.name = v_name;
         PERFORM pg_notify('{p}_released', v_name);
         v_n := v_n + 1;
     END LOOP;

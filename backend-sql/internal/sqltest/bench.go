@@ -65,6 +65,46 @@ func RunAcquireRelease(b *testing.B, bh Bench) {
 	})
 }
 
+// RunAcquireReleaseInterleaved alternates the two in one loop, one Simba
+// acquire + release then one raw upsert + delete per iteration, so that
+// the load of a shared machine falls on both alike, and reports the
+// medians and their ratio.
+func RunAcquireReleaseInterleaved(b *testing.B, bh Bench) {
+	be := bh.NewClient(b, "")
+	id := Open(b, be, time.Minute)
+	upsert, del := bh.Raw(b)
+	ctx := context.Background()
+	owner := fmt.Sprintf("%032x", 1)
+	req := session.AcquireRequest{ID: id, Names: []string{"bench"}}
+	var simba, raw []time.Duration
+	var i int64
+	for b.Loop() {
+		t0 := time.Now()
+		rep, err := be.Acquire(ctx, req)
+		if err != nil || rep.Results[0].Token == 0 {
+			b.Fatalf("Acquire = %+v, %v", rep, err)
+		}
+		if err := be.Release(ctx, session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: "bench", Token: rep.Results[0].Token}}}); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		i++
+		if err := upsert(ctx, "bench", owner, i); err != nil {
+			b.Fatal(err)
+		}
+		if err := del(ctx, "bench"); err != nil {
+			b.Fatal(err)
+		}
+		simba, raw = append(simba, t1.Sub(t0)), append(raw, time.Since(t1))
+	}
+	slices.Sort(simba)
+	slices.Sort(raw)
+	ms, mr := simba[len(simba)/2], raw[len(raw)/2]
+	b.ReportMetric(float64(ms)/float64(time.Microsecond), "simba-p50-µs")
+	b.ReportMetric(float64(mr)/float64(time.Microsecond), "raw-p50-µs")
+	b.ReportMetric(float64(ms)/float64(mr), "ratio")
+}
+
 // RunRenew: one renewal of a session that owns n leases, at a known
 // version (the steady state: nothing listed) and in full (the owned set
 // changed: every lease listed). Reports round trips and bytes per renewal.
