@@ -50,6 +50,61 @@ func BenchmarkUncontended(b *testing.B) {
 	})
 }
 
+// BenchmarkUncontendedInterleaved runs the same comparison with both
+// operations in every iteration, alternating which goes first, so that the
+// load of a shared machine falls on both alike. Reported: the median of
+// each, and the ratio of the medians (goal ≤ 1.2).
+func BenchmarkUncontendedInterleaved(b *testing.B) {
+	srv, root := standalone(b), newRoot(b)
+	be := newBackend(b, srv, root)
+	s := open(b, be, 20*time.Second)
+	keepAlive(b, be, s.ID, 2*time.Second)
+	conn := rawConn(b, srv)
+	ctx := context.Background()
+	names, raw := []string{"x"}, root+"/raw"
+	simbaOp := func() {
+		r, err := be.Acquire(ctx, session.AcquireRequest{ID: s.ID, Names: names})
+		if err != nil || r.Results[0].Token == 0 {
+			b.Fatalf("Acquire: %+v, %v", r, err)
+		}
+		if err := be.Release(ctx, session.ReleaseRequest{ID: s.ID, Leases: []session.Lease{{Name: "x", Token: r.Results[0].Token}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rawOp := func() {
+		if _, err := conn.Create(raw, nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+			b.Fatal(err)
+		}
+		if err := conn.Delete(raw, -1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	simbaOp() // creates the root
+	var st, rt []time.Duration
+	timed := func(f func(), into *[]time.Duration) {
+		t0 := time.Now()
+		f()
+		*into = append(*into, time.Since(t0))
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%2 == 0 {
+			timed(simbaOp, &st)
+			timed(rawOp, &rt)
+		} else {
+			timed(rawOp, &rt)
+			timed(simbaOp, &st)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(st)
+	slices.Sort(rt)
+	ms, mr := st[len(st)/2], rt[len(rt)/2]
+	b.ReportMetric(float64(ms.Microseconds())/1000, "simba-p50-ms")
+	b.ReportMetric(float64(mr.Microseconds())/1000, "raw-p50-ms")
+	b.ReportMetric(float64(ms)/float64(mr), "ratio-p50")
+}
+
 // BenchmarkRenew compares the renewal (a multi with one check, through the
 // leader) with a plain exists, the cheapest request a session can send.
 func BenchmarkRenew(b *testing.B) {
