@@ -1,0 +1,141 @@
+package fxsimba
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"go.uber.org/fx"
+
+	"github.com/simba-go/simba/session"
+)
+
+// Value group names. Use [SessionOption], [AsSessionOption], [LeaderJob],
+// [WhileLeader] and [AsJob] rather than typing them.
+const (
+	groupOptions = `group:"simba.session.options"`
+	groupJobs    = `group:"simba.jobs"`
+)
+
+// Module is Simba for fx applications: the idiomatic way in is
+//
+//	fx.New(
+//		fxsimba.Module,
+//		fx.Provide(newBackend), // your session.Backend: backend-sql, backend-redis, backend-zk
+//		fxsimba.LeaderJob("cleanup", time.Hour, cleanup),
+//	)
+//
+// It provides the *session.Session (see [NewSession]): opened on start,
+// closed on stop. It starts one election per job registered with
+// [LeaderJob], [WhileLeader] or [AsJob] on start and stops them, each in
+// handover order, before the session closes.
+//
+// It needs a session.Backend from the application and uses, if the
+// application provides them, a [Config] (else the zero Config, i.e. the
+// defaults), a *slog.Logger for the session's events and job errors (else
+// slog.Default), and a [LookupEnv] (else os.LookupEnv) through which the
+// SIMBA_SESSION_* variables override the Config. It provides nothing else:
+// the backend, its driver client and the logger are the application's.
+var Module = fx.Module("simba",
+	fx.Provide(NewSession),
+	// Check the jobs before anything builds the session, which starts
+	// running as soon as it is built.
+	fx.Invoke(checkJobs),
+	fx.Invoke(startJobs),
+)
+
+// SessionParams is what [NewSession] takes from the fx graph.
+type SessionParams struct {
+	fx.In
+
+	Lifecycle fx.Lifecycle
+	// Backend is the application's backend (its driver client is the
+	// application's to close).
+	Backend session.Backend
+	// Config, if provided, is the base configuration; SIMBA_SESSION_*
+	// variables override it.
+	Config Config `optional:"true"`
+	// Logger, if provided, receives the session's events (session.LogEvents).
+	Logger *slog.Logger `optional:"true"`
+	// LookupEnv, if provided, replaces os.LookupEnv (tests; or a function
+	// that finds nothing, to ignore the environment).
+	LookupEnv LookupEnv `optional:"true"`
+	// Options are added with [SessionOption] or [AsSessionOption]; they are
+	// applied after the configuration and the logger.
+	Options []session.Option `group:"simba.session.options"`
+}
+
+// NewSession builds the session of an fx application: configuration from
+// p.Config overridden by the environment and validated (an invalid value
+// fails the application's construction, naming the key and the rule), then
+// session.New, which opens the backend session in the background.
+//
+// The start hook waits until the first backend session is open, or fails
+// the start when the start context ends first (a backend that cannot be
+// reached fails the deploy instead of running a node that can never lead);
+// the stop hook closes the session, which ends every term with STOPPED and
+// releases every lease at once.
+//
+// Without fx, do the same by hand: cfg.ApplyEnv, cfg.Deadline, then
+// session.Open(ctx, backend, session.WithConfig(d)).
+func NewSession(p SessionParams) (*session.Session, error) {
+	lookup := p.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	cfg, err := p.Config.ApplyEnv(lookup)
+	if err != nil {
+		return nil, err
+	}
+	d, err := cfg.Deadline()
+	if err != nil {
+		return nil, err
+	}
+	if p.Backend == nil {
+		return nil, fmt.Errorf("%w: the session.Backend provided is nil", ErrInvalidConfig)
+	}
+	opts := []session.Option{session.WithConfig(d)}
+	if p.Logger != nil {
+		opts = append(opts, session.WithLogger(p.Logger))
+	}
+	opts = append(opts, p.Options...)
+	s, err := session.New(p.Backend, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("fxsimba: %w", err)
+	}
+	p.Lifecycle.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			select {
+			case <-s.Ready():
+				return nil
+			case <-ctx.Done():
+				// fx runs no stop hook for a hook whose start failed.
+				_ = s.Close()
+				return fmt.Errorf("fxsimba: no backend session opened before the start deadline: %w", context.Cause(ctx))
+			}
+		},
+		OnStop: func(context.Context) error {
+			// Close is bounded by one renewal period (its backend call's timeout).
+			return s.Close()
+		},
+	})
+	return s, nil
+}
+
+// SessionOption adds opt to the options of the Module's session, for
+// example an otelsimba listener:
+//
+//	fxsimba.SessionOption(inst.Option())
+func SessionOption(opt session.Option) fx.Option {
+	// A session.Option is itself a function: wrap it, or fx would take it
+	// for a constructor.
+	return fx.Provide(fx.Annotate(func() session.Option { return opt }, fx.ResultTags(groupOptions)))
+}
+
+// AsSessionOption provides the session.Option that constructor returns
+// (a function of other values of the graph, as for fx.Provide) to the
+// Module's session.
+func AsSessionOption(constructor any) fx.Option {
+	return fx.Provide(fx.Annotate(constructor, fx.ResultTags(groupOptions)))
+}
