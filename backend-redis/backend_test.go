@@ -29,7 +29,7 @@ func acquire(t *testing.T, b *redisbackend.Backend, id session.ID, names ...stri
 	t.Helper()
 	r, err := b.Acquire(ctxT(t), session.AcquireRequest{ID: id, Names: names})
 	if err != nil {
-		t.Fatalf("Acquire(%v): %v", names, err)
+		t.Fatalf("Acquire(%d names from %q): %v", len(names), names[0], err)
 	}
 	if len(r.Results) != len(names) {
 		t.Fatalf("Acquire(%v): %d results", names, len(r.Results))

@@ -5,19 +5,21 @@ go 1.25.0
 require (
 	github.com/redis/go-redis/v9 v9.22.0
 	github.com/simba-go/simba/deadline v0.0.0
+	github.com/simba-go/simba/election v0.0.0
 	github.com/simba-go/simba/session v0.0.0
+	github.com/simba-go/simba/term v0.0.0
 	go.uber.org/goleak v1.3.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/simba-go/simba/term v0.0.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/sys v0.30.0 // indirect
 )
 
 replace (
 	github.com/simba-go/simba/deadline => ../deadline
+	github.com/simba-go/simba/election => ../election
 	github.com/simba-go/simba/session => ../session
 	github.com/simba-go/simba/term => ../term
 )

@@ -52,10 +52,12 @@ return {ttl, v, redis.call('HGETALL', KEYS[1])}
 // max(last + 1, now in µs by Redis TIME): it rises per name, and a name
 // whose record was lost restarts from the clock, above every earlier token.
 var acquireScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local v = redis.call('HGET', KEYS[1], '#v')
+if not v then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local out = {}
+local fields = {}
 local changed = false
 for i = 2, #KEYS do
   local cur = redis.call('HMGET', KEYS[i], 's', 't')
@@ -69,12 +71,22 @@ for i = 2, #KEYS do
     if tok < now then tok = now end
     local s = string.format('%.0f', tok)
     redis.call('HSET', KEYS[i], 's', ARGV[1], 't', s)
-    redis.call('HSET', KEYS[1], ARGV[i + 1], s)
-    changed = true
+    fields[#fields + 1] = ARGV[i + 1]
+    fields[#fields + 1] = s
     out[i - 1] = s
+    changed = true
+    if #fields >= 2000 then -- unpack has a limit: write big batches in chunks
+      redis.call('HSET', KEYS[1], unpack(fields))
+      fields = {}
+    end
   end
 end
-if changed then redis.call('HINCRBY', KEYS[1], '#v', 1) end
+if changed then
+  -- The new version goes with the last (usually the only) write of the set.
+  fields[#fields + 1] = '#v'
+  fields[#fields + 1] = string.format('%.0f', tonumber(v) + 1)
+  redis.call('HSET', KEYS[1], unpack(fields))
+end
 return out
 `)
 
@@ -84,19 +96,19 @@ return out
 // publishes the released names, returns how many were released.
 var releaseScript = redis.NewScript(`
 local rel = {}
+local live = 0
 for i = 2, #KEYS do
   local name, tok = ARGV[2 * i - 1], ARGV[2 * i]
   local cur = redis.call('HMGET', KEYS[i], 's', 't')
   if cur[1] == ARGV[1] and cur[2] == tok then
     redis.call('HDEL', KEYS[i], 's')
-    redis.call('HDEL', KEYS[1], name)
+    -- 1 when the session still exists and listed the lease.
+    live = redis.call('HDEL', KEYS[1], name) + live
     rel[#rel + 1] = name
   end
 end
-if #rel > 0 then
-  if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HINCRBY', KEYS[1], '#v', 1) end
-  redis.call('PUBLISH', ARGV[2], table.concat(rel, ' '))
-end
+if live > 0 then redis.call('HINCRBY', KEYS[1], '#v', 1) end
+if #rel > 0 then redis.call('PUBLISH', ARGV[2], table.concat(rel, ' ')) end
 return #rel
 `)
 
