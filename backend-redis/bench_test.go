@@ -344,4 +344,3 @@ func awaitElected(b *testing.B, ch chan time.Time) time.Time {
 		return time.Time{}
 	}
 }
-
