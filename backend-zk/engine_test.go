@@ -175,6 +175,11 @@ func TestEngineCutHolderFailover(t *testing.T) {
 	t.Logf("failover %v after the cut (session timeout %v); holder's term ended %v after the cut",
 		wonB.at.Sub(cutAt), timeout, lostA.at.Sub(cutAt))
 
+	// The engine gives the session up at its local deadline (it does not
+	// wait to hear SESSION_EXPIRED from a backend it cannot reach).
+	if e := eva.next(t, session.SessionDeadlinePassed, 10*time.Second); e.Session != oldID {
+		t.Fatalf("SessionDeadlinePassed for %q, want the cut session %s", e.Session, oldID)
+	}
 	cut.Heal()
 	var opened session.Event
 	for opened.Session == "" || opened.Session == oldID {
