@@ -1,0 +1,79 @@
+package redisbackend_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	redisbackend "github.com/simba-go/simba/backend-redis"
+	"github.com/simba-go/simba/election"
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/term"
+)
+
+// A session on Redis with one election. Needs a Redis server, so it is
+// compiled but not run; the tests run the same steps.
+func ExampleNew() {
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                  "127.0.0.1:6379",
+		ContextTimeoutEnabled: true, // calls must stop at the engine's deadline
+	})
+	defer rdb.Close()
+
+	b, err := redisbackend.New(rdb, "billing")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := session.Open(ctx, b)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close()
+
+	e, err := election.Start(s, "invoice-run", election.WithListener(election.Funcs{
+		Elected: func(t *term.Term) { fmt.Println("leader with token", t.Token()) },
+	}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer e.Close()
+}
+
+// A Redis Cluster works the same way: all keys of a namespace share one
+// hash tag, so every operation runs on one node.
+func ExampleNew_cluster() {
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                 []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"},
+		ContextTimeoutEnabled: true,
+	})
+	defer rdb.Close()
+	if _, err := redisbackend.New(rdb, "billing"); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func ExampleValidateNamespace() {
+	for _, ns := range []string{"billing", "team.a-1", "a{b}", ""} {
+		fmt.Printf("%q: %v\n", ns, redisbackend.ValidateNamespace(ns))
+	}
+	// Output:
+	// "billing": <nil>
+	// "team.a-1": <nil>
+	// "a{b}": redisbackend: invalid namespace: "a{b}" has byte '{' at offset 1 (want 1 to 64 characters of [A-Za-z0-9._-])
+	// "": redisbackend: invalid namespace: empty (want 1 to 64 characters of [A-Za-z0-9._-])
+}
+
+// New refuses a client that would let calls outlive the engine's deadline.
+func ExampleNew_contextTimeout() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	defer rdb.Close()
+	_, err := redisbackend.New(rdb, "billing")
+	fmt.Println(err)
+	// Output:
+	// redisbackend: unsuitable redis client: ContextTimeoutEnabled is false, so calls would not stop at the engine's deadline; set it in the client's options
+}
