@@ -23,6 +23,17 @@ zk_mode() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1" && printf srvr >&3 && timeout 2 cat <&3) 2>/dev/null | sed -n 's/^Mode: //p'
 }
 
+# zk_check_conf PORT: fails unless the server on PORT runs with our tick and
+# session bounds (the tests rely on them), e.g. a system ZooKeeper on 2181.
+zk_check_conf() {
+  local conf
+  conf=$( (exec 3<>"/dev/tcp/127.0.0.1/$1" && printf conf >&3 && timeout 2 cat <&3) 2>/dev/null) || true
+  if ! grep -qx "tickTime=$ZK_TICK" <<<"$conf" || ! grep -qx "maxSessionTimeout=20000" <<<"$conf"; then
+    echo "services: the ZooKeeper on 127.0.0.1:$1 is not ours (want tickTime=$ZK_TICK, maxSessionTimeout=20000); stop it and run again" >&2
+    return 1
+  fi
+}
+
 # zk_write_conf DIR CLIENTPORT [ensemble]: writes DIR/zoo.cfg.
 zk_write_conf() {
   local dir=$1 port=$2
@@ -39,6 +50,11 @@ clientPortAddress=127.0.0.1
 maxClientCnxns=0
 admin.enableServer=false
 4lw.commands.whitelist=*
+# Every renewal is a transaction: keep the logs small and purge old ones.
+preAllocSize=4096
+snapCount=10000
+autopurge.snapRetainCount=3
+autopurge.purgeInterval=1
 EOF
   if [ "${3:-}" = ensemble ]; then
     cat >> "$dir/zoo.cfg" <<EOF
@@ -79,7 +95,7 @@ zookeeper_start() {
   if [ ! -d /usr/share/zookeeper ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null
   fi
-  local d i
+  local d i p
   d=$STATE/zk-standalone
   if ! zk_ruok 2181; then
     zk_write_conf "$d" 2181
@@ -95,6 +111,7 @@ zookeeper_start() {
   done
   zk_wait 2181 60 standalone
   for i in 1 2 3; do zk_wait $((2190 + i)) 90 "leader follower"; done
+  for p in 2181 2191 2192 2193; do zk_check_conf $p; done
   setenv SIMBA_ZK_SERVERS "127.0.0.1:2181"
   setenv SIMBA_ZK_ENSEMBLE "127.0.0.1:2191,127.0.0.1:2192,127.0.0.1:2193"
   setenv SIMBA_ZK_CLASSPATH "$ZK_CLASSPATH"
