@@ -2,6 +2,7 @@ package fence_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -57,4 +58,45 @@ func ExampleTable_CreateSQL() {
 	}
 	fmt.Println(fences.CreateSQL())
 	// Output: CREATE TABLE IF NOT EXISTS billing_fence (name text PRIMARY KEY, token bigint NOT NULL)
+}
+
+// The same guard on database/sql, here on MySQL/MariaDB.
+func ExampleTable_Guard() {
+	ctx := context.Background()
+	db, err := sql.Open("mysql", "root@tcp(127.0.0.1:3306)/test")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer db.Close()
+	fences, err := fence.New("billing", fence.MySQL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := fences.Create(ctx, db); err != nil {
+		fmt.Println(err)
+		return
+	}
+	var t *term.Term // from an election's OnElected
+	if t == nil {
+		return
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer tx.Rollback()
+	if err := fences.Guard(ctx, tx, t.Name(), t.Token()); err != nil {
+		fmt.Println(err) // errors.Is(err, fence.ErrStale): a later term has written
+		return
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE invoices SET state = 'sent' WHERE id = ?", 42); err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := tx.Commit(); err != nil {
+		fmt.Println(err)
+	}
 }

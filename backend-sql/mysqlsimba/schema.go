@@ -40,7 +40,9 @@ CREATE PROCEDURE IF NOT EXISTS {p}_open_v1(IN p_id CHAR(32) CHARACTER SET ascii 
 BEGIN
     DECLARE v_exp DATETIME(6);
     -- An expired session answers "expired" whether or not its row exists,
-    -- so expired rows may go, a few per open.
+    -- so expired rows may go, a few per open. READ COMMITTED: the scan
+    -- keeps no lock on the live rows it passes.
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     DELETE FROM {p}_sessions WHERE expires_at < UTC_TIMESTAMP(6) LIMIT 100;
     SET v_exp = UTC_TIMESTAMP(6) + INTERVAL p_lease_us MICROSECOND;
     INSERT INTO {p}_sessions (id, expires_at, lease_us, version) VALUES (p_id, v_exp, p_lease_us, 1);

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/pgsimba"
 	"github.com/simba-go/simba/session"
@@ -43,4 +45,26 @@ func ExampleSchema() {
 	}
 	fmt.Println(len(ddl) > 0)
 	// Output: true
+}
+
+func ExampleNew() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	b, err := pgsimba.New(ctx, pool, pgsimba.WithPrefix("billing"))
+	if err != nil {
+		fmt.Println(err) // errors.Is(err, sqlbackend.ErrInvalidPrefix) for a bad prefix
+		return
+	}
+	defer b.Shutdown() // stops the LISTEN connection; the pool stays yours
+	s, err := session.Open(ctx, b)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close()
 }

@@ -28,16 +28,24 @@ mariadb_restartable_start() {
   fi
   cat > "$dir/ctl.sh" <<SH
 #!/bin/sh
-# ctl.sh stop|start: the private MariaDB of backend-sql's tests.
+# ctl.sh stop|start: the private MariaDB of backend-sql's tests. Each
+# returns only when the server is really gone, or really up (the process it
+# started answers, not an older one).
+up() { mariadb-admin -h 127.0.0.1 -P 53306 -uroot --connect-timeout=2 ping >/dev/null 2>&1; }
 case "\$1" in
 stop)
+  pid=\$(cat "$dir/pid" 2>/dev/null)
   mariadb-admin -h 127.0.0.1 -P 53306 -uroot shutdown || exit 1
-  i=0; while [ -e "$dir/pid" ] && [ \$i -lt 600 ]; do sleep 0.1; i=\$((i+1)); done ;;
+  i=0; while { [ -n "\$pid" ] && kill -0 "\$pid" 2>/dev/null; } || up; do
+    i=\$((i+1)); [ \$i -ge 600 ] && { echo "private MariaDB did not stop" >&2; exit 1; }; sleep 0.1
+  done ;;
 start)
   setsid /usr/sbin/mariadbd --no-defaults --datadir="$dir/data" --user=mysql \\
     --port=53306 --bind-address=127.0.0.1 --socket="$dir/sock" --pid-file="$dir/pid" \\
     --skip-log-bin --innodb-buffer-pool-size=32M >>"$dir/log" 2>&1 < /dev/null &
-  i=0; until mariadb-admin -h 127.0.0.1 -P 53306 -uroot ping >/dev/null 2>&1; do
+  pid=\$!
+  i=0; until up && [ "\$(cat "$dir/pid" 2>/dev/null)" = "\$pid" ]; do
+    kill -0 "\$pid" 2>/dev/null || { echo "private MariaDB exited; log:" >&2; tail -20 "$dir/log" >&2; exit 1; }
     i=\$((i+1)); [ \$i -ge 600 ] && { echo "private MariaDB did not start" >&2; exit 1; }; sleep 0.1
   done ;;
 *) echo "usage: \$0 stop|start" >&2; exit 2 ;;

@@ -91,7 +91,11 @@ func (l *eventLog) kinds() []string {
 	defer l.mu.Unlock()
 	var out []string
 	for _, e := range l.events {
-		out = append(out, e.Kind.String())
+		k := e.Kind.String()
+		if e.Err != nil {
+			k += "(" + e.Err.Error() + ")"
+		}
+		out = append(out, k)
 	}
 	return out
 }
