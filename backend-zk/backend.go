@@ -19,6 +19,11 @@ const (
 	GrantDenominator = 12
 )
 
+// maxInFlight bounds the requests one Acquire or Release batch has in
+// flight at once: enough to pipeline a round trip's worth on one
+// connection, without a goroutine per name for batches of thousands.
+const maxInFlight = 128
+
 // Grant is the remaining time one successful renewal proves for a session
 // whose negotiated timeout is timeout: 5/12 of it.
 func Grant(timeout time.Duration) time.Duration {
@@ -190,6 +195,7 @@ func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (sess
 	results := make([]session.AcquireResult, len(req.Names))
 	errs := make([]error, len(req.Names))
 	var wg sync.WaitGroup
+	inFlight := make(chan struct{}, maxInFlight)
 	for i, name := range req.Names {
 		results[i].Name = name
 		if err := deadline.ValidateName(name); err != nil {
@@ -201,8 +207,9 @@ func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (sess
 			continue
 		}
 		wg.Add(1)
+		inFlight <- struct{}{}
 		go func() {
-			defer wg.Done()
+			defer func() { <-inFlight; wg.Done() }()
 			results[i].Token, errs[i] = s.acquire(ctx, name)
 		}()
 	}
@@ -230,6 +237,7 @@ func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error
 	}
 	errs := make([]error, len(req.Leases))
 	var wg sync.WaitGroup
+	inFlight := make(chan struct{}, maxInFlight)
 	for i, l := range req.Leases {
 		if err := deadline.ValidateName(l.Name); err != nil {
 			errs[i] = err
@@ -240,8 +248,9 @@ func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error
 			continue
 		}
 		wg.Add(1)
+		inFlight <- struct{}{}
 		go func() {
-			defer wg.Done()
+			defer func() { <-inFlight; wg.Done() }()
 			errs[i] = s.release(ctx, l)
 		}()
 	}

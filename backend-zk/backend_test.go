@@ -2,6 +2,7 @@ package zkbackend_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -203,4 +204,36 @@ func equalLeases(a, b []session.Lease) bool {
 		}
 	}
 	return true
+}
+
+// One Acquire carries many names; the backend pipelines them on the
+// session's connection (bounded), and one Renew reports them all.
+func TestLargeBatch(t *testing.T) {
+	b := newBackend(t, standalone(t), newRoot(t))
+	s := open(t, b, 10*time.Second)
+	names := make([]string, 1000)
+	for i := range names {
+		names[i] = fmt.Sprintf("n%04d", i)
+	}
+	res := acquire(t, b, s.ID, names...)
+	seen := map[uint64]bool{}
+	for i, r := range res {
+		if r.Name != names[i] || r.Token == 0 || r.Err != nil || seen[r.Token] {
+			t.Fatalf("result %d = %+v, want %s with a fresh token", i, r, names[i])
+		}
+		seen[r.Token] = true
+	}
+	if rr := renew(t, b, s.ID); len(rr.Leases) != len(names) {
+		t.Fatalf("Renew lists %d leases, want %d", len(rr.Leases), len(names))
+	}
+	leases := make([]session.Lease, len(res))
+	for i, r := range res {
+		leases[i] = session.Lease{Name: r.Name, Token: r.Token}
+	}
+	if err := b.Release(ctxT(t, 30*time.Second), session.ReleaseRequest{ID: s.ID, Leases: leases}); err != nil {
+		t.Fatal(err)
+	}
+	if rr := renew(t, b, s.ID); len(rr.Leases) != 0 {
+		t.Fatalf("Renew after releasing all lists %d leases", len(rr.Leases))
+	}
 }

@@ -72,7 +72,7 @@ func startZK(t testing.TB, n int) []*zkServer {
 		}
 		cfg := fmt.Sprintf("tickTime=%d\ninitLimit=50\nsyncLimit=5\nminSessionTimeout=%d\nmaxSessionTimeout=20000\n"+
 			"dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n"+
-			"cnxTimeout=500\n%s",
+			"cnxTimeout=500\npreAllocSize=4096\n%s",
 			testTick.Milliseconds(), 2*testTick.Milliseconds(), filepath.Join(dir, "data"), ports[3*i], quorum.String())
 		must(t, os.WriteFile(filepath.Join(dir, "zoo.cfg"), []byte(cfg), 0o644))
 		must(t, os.WriteFile(filepath.Join(dir, "data", "myid"), []byte(fmt.Sprint(i+1)), 0o644))
