@@ -1,8 +1,11 @@
 package zkbackend_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,6 +197,20 @@ func TestNewRejectsBadInput(t *testing.T) {
 	}
 }
 
+// countingConn counts the writes (one per request frame) on a connection.
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Write(p []byte) (int, error) {
+	// A request frame: length, xid, opcode. Opcode 3 is exists.
+	if len(p) < 12 || binary.BigEndian.Uint32(p[8:12]) != 3 {
+		c.n.Add(1)
+	}
+	return c.Conn.Write(p)
+}
+
 func equalLeases(a, b []session.Lease) bool {
 	if len(a) != len(b) {
 		return false
@@ -209,8 +226,15 @@ func equalLeases(a, b []session.Lease) bool {
 // One Acquire carries many names; the backend pipelines them on the
 // session's connection (bounded), and one Renew reports them all.
 func TestLargeBatch(t *testing.T) {
-	b := newBackend(t, standalone(t), newRoot(t))
-	s := open(t, b, 10*time.Second)
+	var writes atomic.Int64
+	b := newBackend(t, standalone(t), newRoot(t), zkbackend.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		c, err := net.DialTimeout(network, addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{c, &writes}, nil
+	}))
+	s := open(t, b, 20*time.Second)
 	names := make([]string, 1000)
 	for i := range names {
 		names[i] = fmt.Sprintf("n%04d", i)
@@ -223,8 +247,15 @@ func TestLargeBatch(t *testing.T) {
 		}
 		seen[r.Token] = true
 	}
+	before := writes.Load()
 	if rr := renew(t, b, s.ID); len(rr.Leases) != len(names) {
 		t.Fatalf("Renew lists %d leases, want %d", len(rr.Leases), len(names))
+	}
+	// go-zookeeper writes one frame per request. Frames other than the
+	// exists watches Acquire arms on the new nodes in the background are
+	// the renewal's: exactly one.
+	if n := writes.Load() - before; n != 1 {
+		t.Fatalf("Renew with %d leases sent %d requests (besides background exists), want 1", len(names), n)
 	}
 	leases := make([]session.Lease, len(res))
 	for i, r := range res {
