@@ -119,7 +119,7 @@ func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.Op
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		s.close(context.Background())
+		s.closeAsync()
 		return session.OpenReply{}, fmt.Errorf("zkbackend: open: %w", session.ErrClosed)
 	}
 	b.sessions[s.id] = s

@@ -1,6 +1,7 @@
 package zkbackend_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -266,5 +267,22 @@ func TestLargeBatch(t *testing.T) {
 	}
 	if rr := renew(t, b, s.ID); len(rr.Leases) != 0 {
 		t.Fatalf("Renew after releasing all lists %d leases", len(rr.Leases))
+	}
+}
+
+// Open honours its context when no server answers, and returns without
+// waiting for go-zookeeper to give up on the connection.
+func TestOpenNoServerHonoursContext(t *testing.T) {
+	port := freePorts(t, 1)[0] // nothing listens there
+	b := newBackend(t, []string{fmt.Sprintf("127.0.0.1:%d", port)}, newRoot(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := b.Open(ctx, session.OpenRequest{LeaseDuration: 2 * time.Second})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Open with no server = %v, want context.DeadlineExceeded", err)
+	}
+	if el := time.Since(start); el > 800*time.Millisecond {
+		t.Fatalf("Open returned %v after its 300ms context ended", el)
 	}
 }

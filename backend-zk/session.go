@@ -72,10 +72,10 @@ func (b *Backend) dialSession(ctx context.Context, lease time.Duration) (*zsessi
 	select {
 	case <-s.ready:
 	case <-s.gone:
-		s.close(context.Background())
+		s.closeAsync()
 		return nil, fmt.Errorf("session ended while connecting: %w", session.ErrExpired)
 	case <-ctx.Done():
-		s.close(context.Background())
+		s.closeAsync()
 		return nil, fmt.Errorf("connecting to %v: %w", b.servers, context.Cause(ctx))
 	}
 	s.id = formatID(s.sid.Load())
@@ -90,12 +90,12 @@ func (b *Backend) dialSession(ctx context.Context, lease time.Duration) (*zsessi
 		if _, err := call(ctx, &b.wg, func() (struct{}, error) {
 			return struct{}{}, conn.AddAuth("digest", []byte(b.cfg.user+":"+b.cfg.password))
 		}); err != nil {
-			s.close(context.Background())
+			s.closeAsync()
 			return nil, fmt.Errorf("digest auth: %w", err)
 		}
 	}
 	if err := s.ensureRoot(ctx); err != nil {
-		s.close(context.Background())
+		s.closeAsync()
 		return nil, err
 	}
 	return s, nil
@@ -202,6 +202,17 @@ func (s *zsession) stopWatchdog() {
 	if w := s.watchdog.Load(); w != nil {
 		w.Stop()
 	}
+}
+
+// closeAsync closes the session without waiting: go-zookeeper's Close
+// waits up to a second for the server to confirm, which an Open that
+// failed or timed out must not add to its caller's wait.
+func (s *zsession) closeAsync() {
+	s.b.wg.Add(1)
+	go func() {
+		defer s.b.wg.Done()
+		_ = s.close(context.Background())
+	}()
 }
 
 func (s *zsession) close(ctx context.Context) error {
