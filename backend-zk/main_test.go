@@ -20,6 +20,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(holderEnv) != "" {
+		os.Exit(runHolder())
+	}
 	goleak.VerifyTestMain(m)
 }
 
