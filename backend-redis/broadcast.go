@@ -2,6 +2,7 @@ package redisbackend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -34,8 +35,12 @@ type subscription struct {
 // have been missed meanwhile.
 //
 // fn must not block and must not call stop. stop waits until fn will not
-// be called again. Subscribe returns an error if Redis does not confirm the
-// subscription within the subscribe timeout (see [WithSubscribeTimeout]).
+// be called again. Subscribe waits up to the subscribe timeout (see
+// [WithSubscribeTimeout]) for Redis to confirm the subscription; if Redis
+// cannot be reached by then, Subscribe still succeeds, the subscription is
+// retried in the background, and fn receives an empty Notice once it is
+// established. It returns an error only when Redis refuses the
+// subscription or the client is closed.
 func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
 	if fn == nil {
 		return nil, fmt.Errorf("redisbackend: subscribe: nil func")
@@ -80,10 +85,17 @@ func (b *Backend) startSubscription() (*subscription, error) {
 	defer cancel()
 	ps := b.rdb.Subscribe(ctx, b.keys.channel)
 	// Wait for the confirmation so that a release published after
-	// Subscribe returns is seen.
+	// Subscribe returns is seen. If Redis cannot be reached in time, carry
+	// on: go-redis keeps trying in the background, and the confirmation,
+	// when it comes, is delivered as an empty Notice. A session must not
+	// fail to start because Redis blinked; notices are only hints. An
+	// answer from Redis refusing the subscription (ACL) is an error.
 	if _, err := ps.Receive(ctx); err != nil {
-		_ = ps.Close()
-		return nil, fmt.Errorf("redisbackend: subscribe %s: %w", b.keys.channel, err)
+		var rerr redis.Error
+		if errors.As(err, &rerr) || errors.Is(err, redis.ErrClosed) {
+			_ = ps.Close()
+			return nil, fmt.Errorf("redisbackend: subscribe %s: %w", b.keys.channel, err)
+		}
 	}
 	s := &subscription{ps: ps, done: make(chan struct{}), subs: make(map[uint64]func(session.Notice))}
 	ch := ps.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(healthCheck))

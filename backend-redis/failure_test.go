@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	redisbackend "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/session"
 )
 
@@ -165,4 +166,26 @@ func TestFailureConnectionCutAndRestored(t *testing.T) {
 	got.await(t, "with an empty name after the link came back", func(n session.Notice) bool { return n.Name == "" })
 	release(t, b, id, "x", tok)
 	got.await(t, "for x after the link came back", func(n session.Notice) bool { return n.Name == "x" })
+}
+
+// A session must not fail to start because Redis blinked: Subscribe on a
+// paused Redis returns after the subscribe timeout, and the subscription
+// arrives (as an empty notice) when Redis is back.
+func TestFailureSubscribeWhileRedisPaused(t *testing.T) {
+	s := startServer(t)
+	b, err := redisbackend.New(s.client(s.addr()), namespace(t), redisbackend.WithSubscribeTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.pause()
+	start := time.Now()
+	got := subscribe(t, b)
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Subscribe on a paused Redis took %v, want about the 200ms subscribe timeout", took)
+	}
+	s.resume()
+	got.await(t, "with an empty name once subscribed", func(n session.Notice) bool { return n.Name == "" })
+	id := open(t, b, 5*time.Second)
+	release(t, b, id, "x", acquire(t, b, id, "x")[0])
+	got.await(t, "for x", func(n session.Notice) bool { return n.Name == "x" })
 }
