@@ -333,26 +333,44 @@ func (b *Backend) notify(n session.Notice) {
 	}
 }
 
+// goTracked runs f on a goroutine that Shutdown waits for, unless the
+// backend is shut down (then it reports false and does not run f). The
+// check and the Add share b.mu with Shutdown, so no Add races its Wait.
+func (b *Backend) goTracked(f func()) bool {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return false
+	}
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
+	return true
+}
+
 // call runs a blocking go-zookeeper request so that ctx is honoured: the
 // caller returns at ctx's end, and the request finishes in the background
 // (go-zookeeper ends it at the latest when the connection closes).
-func call[T any](ctx context.Context, wg *sync.WaitGroup, f func() (T, error)) (T, error) {
+func call[T any](ctx context.Context, b *Backend, f func() (T, error)) (T, error) {
 	type result struct {
 		v   T
 		err error
 	}
+	var zero T
 	ch := make(chan result, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	if !b.goTracked(func() {
 		v, err := f()
 		ch <- result{v, err}
-	}()
+	}) {
+		return zero, session.ErrClosed
+	}
 	select {
 	case r := <-ch:
 		return r.v, r.err
 	case <-ctx.Done():
-		var zero T
 		return zero, context.Cause(ctx)
 	}
 }

@@ -97,16 +97,14 @@ func TestReconnectToExpiredSessionIsFinal(t *testing.T) {
 	if _, err := b.Renew(ctx, session.RenewRequest{ID: r.ID}); !errors.Is(err, session.ErrExpired) {
 		t.Fatalf("Renew after the server expired the session = %v, want ErrExpired", err)
 	}
-	// go-zookeeper would have dialled again and opened a fresh session,
-	// setting a new non-zero id on the same *zk.Conn.
-	deadline := time.NewTimer(2 * time.Second)
-	defer deadline.Stop()
-	for conn.State() != zk.StateDisconnected {
-		select {
-		case <-deadline.C:
-			t.Fatalf("connection still %v after expiry", conn.State())
-		case <-time.After(20 * time.Millisecond):
-		}
+	// Shutdown waits for the connection's Close; go-zookeeper would have
+	// dialled again and opened a fresh session, setting a new non-zero id
+	// on the same *zk.Conn.
+	if err := b.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := conn.State(); st != zk.StateDisconnected {
+		t.Fatalf("connection %v after expiry and shutdown", st)
 	}
 	mu.Lock()
 	n := afterGone

@@ -87,7 +87,7 @@ func (b *Backend) dialSession(ctx context.Context, lease time.Duration) (*zsessi
 		s.stopWatchdog()
 	}
 	if b.cfg.user != "" {
-		if _, err := call(ctx, &b.wg, func() (struct{}, error) {
+		if _, err := call(ctx, b, func() (struct{}, error) {
 			return struct{}{}, conn.AddAuth("digest", []byte(b.cfg.user+":"+b.cfg.password))
 		}); err != nil {
 			s.closeAsync()
@@ -190,9 +190,9 @@ func (s *zsession) markExpired(why string) {
 	s.b.forget(s)
 	if c := s.conn.Load(); c != nil {
 		// Close from another goroutine: this may run on go-zookeeper's
-		// own loop, which Close waits for.
-		s.b.wg.Add(1)
-		go func() { defer s.b.wg.Done(); c.Close() }()
+		// own loop, which Close waits for. After Shutdown, Shutdown has
+		// closed every session it knew of.
+		s.b.goTracked(c.Close)
 	}
 }
 
@@ -208,11 +208,9 @@ func (s *zsession) stopWatchdog() {
 // waits up to a second for the server to confirm, which an Open that
 // failed or timed out must not add to its caller's wait.
 func (s *zsession) closeAsync() {
-	s.b.wg.Add(1)
-	go func() {
-		defer s.b.wg.Done()
-		_ = s.close(context.Background())
-	}()
+	if !s.b.goTracked(func() { _ = s.close(context.Background()) }) {
+		_ = s.close(context.Background()) // shut down: nobody else will
+	}
 }
 
 func (s *zsession) close(ctx context.Context) error {
@@ -225,11 +223,19 @@ func (s *zsession) close(ctx context.Context) error {
 	if c == nil {
 		return nil
 	}
-	_, err := call(ctx, &s.b.wg, func() (struct{}, error) { c.Close(); return struct{}{}, nil })
-	if err != nil {
-		return fmt.Errorf("zkbackend: close %s: %w", s.id, err)
+	// Not through call: Shutdown closes sessions after refusing new
+	// tracked goroutines.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Close()
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("zkbackend: close %s: %w", s.id, context.Cause(ctx))
 	}
-	return nil
 }
 
 // classify turns a go-zookeeper error into what the engine expects.
@@ -250,7 +256,7 @@ func (s *zsession) classify(err error) error {
 
 func (s *zsession) ensureRoot(ctx context.Context) error {
 	conn, acl := s.conn.Load(), s.b.cfg.acl
-	_, err := call(ctx, &s.b.wg, func() (struct{}, error) {
+	_, err := call(ctx, s.b, func() (struct{}, error) {
 		if ok, _, err := conn.Exists(s.b.root); err != nil || ok {
 			return struct{}{}, err
 		}
@@ -278,7 +284,7 @@ func (s *zsession) renew(ctx context.Context) error {
 	check := &zk.CheckVersionRequest{Path: s.b.root, Version: -1}
 	rootFixed := false
 	for attempt := 0; ; attempt++ {
-		_, err := call(ctx, &s.b.wg, func() ([]zk.MultiResponse, error) { return conn.Multi(check) })
+		_, err := call(ctx, s.b, func() ([]zk.MultiResponse, error) { return conn.Multi(check) })
 		switch {
 		case err == nil:
 			return s.renewed(calledAt)
@@ -374,7 +380,7 @@ func (s *zsession) resolve(ctx context.Context) error {
 			ok bool
 			st *zk.Stat
 		}
-		r, err := call(ctx, &s.b.wg, func() (res, error) {
+		r, err := call(ctx, s.b, func() (res, error) {
 			ok, st, _, err := conn.ExistsW(s.b.root + "/" + name)
 			return res{ok, st}, err
 		})
@@ -427,7 +433,7 @@ func (s *zsession) acquire(ctx context.Context, name string) (uint64, error) {
 	for churn < 3 {
 		// create + setData in one multi: the setData's reply carries the
 		// new node's Stat (czxid, ephemeralOwner) in the same round trip.
-		st, err := call(ctx, &s.b.wg, func() (*zk.Stat, error) {
+		st, err := call(ctx, s.b, func() (*zk.Stat, error) {
 			res, err := conn.Multi(
 				&zk.CreateRequest{Path: path, Data: data, Acl: acl, Flags: zk.FlagEphemeral},
 				&zk.SetDataRequest{Path: path, Data: data, Version: 0})
@@ -471,7 +477,7 @@ func (s *zsession) acquire(ctx context.Context, name string) (uint64, error) {
 				ok bool
 				st *zk.Stat
 			}
-			r, err := call(ctx, &s.b.wg, func() (res, error) {
+			r, err := call(ctx, s.b, func() (res, error) {
 				ok, st, _, err := conn.ExistsW(path)
 				return res{ok, st}, err
 			})
@@ -533,9 +539,7 @@ func (s *zsession) acquire(ctx context.Context, name string) (uint64, error) {
 // by anyone else drops the lease from the owned set.
 func (s *zsession) watchOwn(name string, tok uint64) {
 	conn, sid := s.conn.Load(), s.sid.Load()
-	s.b.wg.Add(1)
-	go func() {
-		defer s.b.wg.Done()
+	s.b.goTracked(func() {
 		ok, st, _, err := conn.ExistsW(s.b.root + "/" + name)
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -549,7 +553,7 @@ func (s *zsession) watchOwn(name string, tok uint64) {
 			delete(s.owned, name)
 			s.version++
 		}
-	}()
+	})
 }
 
 // release deletes one lease node if the session owns it under l.Token.
@@ -569,7 +573,7 @@ func (s *zsession) release(ctx context.Context, l session.Lease) error {
 	// after checking owner and czxid.
 	blind := own
 	for attempt := 0; ; attempt++ {
-		_, err := call(ctx, &s.b.wg, func() (struct{}, error) {
+		_, err := call(ctx, s.b, func() (struct{}, error) {
 			if !blind {
 				ok, st, err := conn.Exists(path)
 				if err != nil || !ok || st.EphemeralOwner != sid || uint64(st.Czxid) != l.Token {
