@@ -2,6 +2,7 @@ package pgsimba_test
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,5 +154,32 @@ func TestSubscribeStop(t *testing.T) {
 	a.Shutdown()
 	if _, err := a.Subscribe(func(session.Notice) {}); err == nil {
 		t.Fatal("Subscribe after Shutdown succeeded")
+	}
+}
+
+// A subscriber's function may stop another subscription (say, by closing
+// another session on the same backend) without deadlocking delivery.
+func TestSubscriberMayStopAnother(t *testing.T) {
+	a := newBackend(t, newPool(t, pgURL(t), nil), "")
+	stop2, err := a.Subscribe(func(session.Notice) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var once sync.Once
+	stop1, err := a.Subscribe(func(session.Notice) {
+		once.Do(func() {
+			stop2()
+			close(done)
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop1()
+	select {
+	case <-done: // the empty notice of LISTEN coming up reached fn
+	case <-time.After(10 * time.Second):
+		t.Fatal("stopping another subscription from a notice did not return")
 	}
 }

@@ -27,6 +27,10 @@ var errShutdown = errors.New("pgsimba: backend shut down")
 // (re-)established, fn also gets an empty [session.Notice], because
 // notifications sent while nobody listened are lost: candidates then try
 // at once instead of waiting for their next periodic attempt.
+//
+// fn runs on the listener's goroutine, one notice at a time. stop waits
+// for a call of fn in progress and then guarantees no further call; fn
+// must not call its own stop.
 func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
 	if fn == nil {
 		return nil, errors.New("pgsimba: subscribe: nil function")
@@ -36,15 +40,19 @@ func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
 	if b.subs == nil {
 		return nil, errShutdown
 	}
+	sub := &subscriber{fn: fn}
 	id := b.next
 	b.next++
-	b.subs[id] = fn
+	b.subs[id] = sub
 	if b.stop == nil {
 		b.stop = b.startListener()
 	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
+			sub.mu.Lock() // waits for a call in progress
+			sub.stopped = true
+			sub.mu.Unlock()
 			b.mu.Lock()
 			delete(b.subs, id)
 			var stopListener func()
@@ -52,7 +60,6 @@ func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
 				stopListener, b.stop = b.stop, nil
 			}
 			b.mu.Unlock()
-			// Delivery holds b.mu, so fn is not called after the delete.
 			if stopListener != nil {
 				stopListener()
 			}
@@ -60,11 +67,28 @@ func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
 	}, nil
 }
 
+// subscriber is one Subscribe call. Its own lock, held while fn runs,
+// lets stop wait for a call in progress without holding the backend's
+// lock during user code (fn may close other sessions, which unsubscribe).
+type subscriber struct {
+	mu      sync.Mutex
+	fn      func(session.Notice)
+	stopped bool
+}
+
 func (b *Backend) dispatch(n session.Notice) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, fn := range b.subs {
-		fn(n)
+	subs := make([]*subscriber, 0, len(b.subs))
+	for _, s := range b.subs {
+		subs = append(subs, s)
+	}
+	b.mu.Unlock()
+	for _, s := range subs {
+		s.mu.Lock()
+		if !s.stopped {
+			s.fn(n)
+		}
+		s.mu.Unlock()
 	}
 }
 

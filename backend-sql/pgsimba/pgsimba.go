@@ -42,7 +42,7 @@ type Backend struct {
 	q       queries
 
 	mu   sync.Mutex
-	subs map[int]func(session.Notice)
+	subs map[int]*subscriber // nil after Shutdown
 	next int
 	stop func() // stops the listener; nil when no subscriber
 }
@@ -68,7 +68,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Backend, err
 	if err != nil {
 		return nil, fmt.Errorf("pgsimba: %w", err)
 	}
-	b := &Backend{pool: pool, prefix: c.prefix, q: q, subs: map[int]func(session.Notice){}}
+	b := &Backend{pool: pool, prefix: c.prefix, q: q, subs: map[int]*subscriber{}}
 	b.core = core.Backend{Store: store{b}, Label: "pgsimba"}
 	if c.createSchema {
 		if err := b.createSchema(ctx); err != nil {
