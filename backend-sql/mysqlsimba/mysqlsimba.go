@@ -118,8 +118,12 @@ func (b *Backend) createSchema(ctx context.Context) (err error) {
 }
 
 // Shutdown closes the backend's prepared statements. The database handle
-// is the caller's and stays open.
-func (b *Backend) Shutdown() { b.stmts.closeAll() }
+// is the caller's and stays open. Later calls fail with an error wrapping
+// session.ErrClosed.
+func (b *Backend) Shutdown() {
+	b.core.Shut()
+	b.stmts.closeAll()
+}
 
 // Open implements [session.Backend]: a new session with a random 128-bit
 // id, expiring the requested lease duration after now by the database

@@ -128,8 +128,10 @@ func (b *Backend) createSchema(ctx context.Context) error {
 
 // Shutdown stops the LISTEN connection, if any, and closes the pool if
 // [Connect] opened it. Sessions are not closed: close them first (the
-// engine does on its Close).
+// engine does on its Close). Later calls fail with an error wrapping
+// session.ErrClosed.
 func (b *Backend) Shutdown() {
+	b.core.Shut()
 	b.mu.Lock()
 	stop := b.stop
 	b.stop = nil

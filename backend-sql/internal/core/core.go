@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	sqlbackend "github.com/simba-go/simba/backend-sql"
@@ -82,6 +83,18 @@ type Backend struct {
 	Store Store
 	// Label starts every error message, e.g. "pgsimba".
 	Label string
+	shut  atomic.Bool
+}
+
+// Shut makes every later call fail with [session.ErrClosed].
+func (b *Backend) Shut() { b.shut.Store(true) }
+
+// closed reports the error for a call after Shut, or nil.
+func (b *Backend) closed(op string) error {
+	if b.shut.Load() {
+		return fmt.Errorf("%s: %s: backend shut down: %w", b.Label, op, session.ErrClosed)
+	}
+	return nil
 }
 
 func (b *Backend) wrap(op string, err error) error {
@@ -94,6 +107,9 @@ func (b *Backend) expired(op string, id session.ID) error {
 
 // Open implements [session.Backend].
 func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+	if err := b.closed("open"); err != nil {
+		return session.OpenReply{}, err
+	}
 	if req.LeaseDuration < time.Millisecond {
 		return session.OpenReply{}, b.wrap("open", fmt.Errorf("lease duration %v is shorter than 1ms", req.LeaseDuration))
 	}
@@ -110,6 +126,9 @@ func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.Op
 
 // Renew implements [session.Backend].
 func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+	if err := b.closed("renew"); err != nil {
+		return session.RenewReply{}, err
+	}
 	if !wellFormed(req.ID) {
 		return session.RenewReply{}, b.expired("renew", req.ID)
 	}
@@ -136,6 +155,9 @@ func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.
 
 // Acquire implements [session.Backend].
 func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+	if err := b.closed("acquire"); err != nil {
+		return session.AcquireReply{}, err
+	}
 	if !wellFormed(req.ID) {
 		return session.AcquireReply{}, b.expired("acquire", req.ID)
 	}
@@ -176,6 +198,9 @@ func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (sess
 
 // Release implements [session.Backend].
 func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error {
+	if err := b.closed("release"); err != nil {
+		return err
+	}
 	if len(req.Leases) == 0 || !wellFormed(req.ID) {
 		return nil // nothing this backend could own
 	}
@@ -200,6 +225,9 @@ func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error
 
 // Close implements [session.Backend].
 func (b *Backend) Close(ctx context.Context, id session.ID) error {
+	if err := b.closed("close"); err != nil {
+		return err
+	}
 	if !wellFormed(id) {
 		return nil // unknown: closing it is not an error
 	}

@@ -58,6 +58,31 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ContendedAcquireNoDeadlock", func(t *testing.T) { contended(t, h) })
 	t.Run("RenewAfterLockWaitDoesNotRevive", func(t *testing.T) { lockWait(t, h) })
 	t.Run("RenewIsOneRoundTrip", func(t *testing.T) { oneRoundTrip(t, h) })
+	t.Run("ClosedAfterShutdown", func(t *testing.T) { closedAfterShutdown(t, h) })
+}
+
+// After the backend value is shut down, every call fails with ErrClosed.
+func closedAfterShutdown(t *testing.T, h Harness) {
+	prefix := FreshPrefix()
+	b, shutdown, err := h.New(Ctx(t), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Drop(t, prefix) })
+	id := Open(t, b, 10*time.Second)
+	shutdown()
+	if _, err := b.Open(Ctx(t), session.OpenRequest{LeaseDuration: time.Second}); !errors.Is(err, session.ErrClosed) {
+		t.Errorf("Open after shutdown = %v, want ErrClosed", err)
+	}
+	if _, err := b.Renew(Ctx(t), session.RenewRequest{ID: id}); !errors.Is(err, session.ErrClosed) {
+		t.Errorf("Renew after shutdown = %v, want ErrClosed", err)
+	}
+	if _, err := b.Acquire(Ctx(t), session.AcquireRequest{ID: id, Names: []string{"a"}}); !errors.Is(err, session.ErrClosed) {
+		t.Errorf("Acquire after shutdown = %v, want ErrClosed", err)
+	}
+	if err := b.Close(Ctx(t), id); !errors.Is(err, session.ErrClosed) {
+		t.Errorf("Close after shutdown = %v, want ErrClosed", err)
+	}
 }
 
 func (h Harness) backend(t *testing.T, prefix string) session.Backend {
