@@ -2,6 +2,7 @@ package redisbackend_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -76,4 +77,17 @@ func ExampleNew_contextTimeout() {
 	fmt.Println(err)
 	// Output:
 	// redisbackend: unsuitable redis client: ContextTimeoutEnabled is false, so calls would not stop at the engine's deadline; set it in the client's options
+}
+
+// A leader fences its writes with its term's token, so a paused leader that
+// wakes up after losing its term cannot overwrite its successor's work.
+// Needs a Redis server, so it is compiled but not run.
+func ExampleFencedSet() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	var t *term.Term // from OnElected
+	err := redisbackend.FencedSet(t.Context(), rdb, "{orders}:fence", "{orders}:latest", t.Token(), "order-42", 0)
+	if errors.Is(err, redisbackend.ErrFenced) {
+		fmt.Println("a later leader has written; stop")
+	}
 }
