@@ -5,7 +5,9 @@
 // # Sessions
 //
 // [Backend.Open] dials a new connection and so opens a new ZooKeeper
-// session; its id (as 0x%016x) is the session's [session.ID]. ZooKeeper
+// session; its id (as 0x%016x) is the session's [session.ID]. One Backend
+// serves any number of sessions at once, one connection each; a process
+// normally opens one (docs/adr/0043-zk-sessions.md). ZooKeeper
 // clamps the requested timeout to the server's [minSessionTimeout,
 // maxSessionTimeout]; the backend reads the timeout actually negotiated from
 // every connect response and never assumes the requested one.
@@ -21,6 +23,12 @@
 // refuses to reconnect once a connect response reports the session expired,
 // the connection is closed, and the session id answers
 // [session.ErrExpired] from then on, so the engine opens a new session.
+//
+// go-zookeeper's own pings would keep a ZooKeeper session alive for as long
+// as its connection lasts, renewed by Simba or not. A watchdog therefore
+// closes a session that has not been renewed for its whole negotiated
+// timeout, so that a stuck process does not hold its leases forever
+// (docs/adr/0042-zk-watchdog.md).
 //
 // # Leases
 //
