@@ -9,6 +9,7 @@ require (
 	github.com/simba-go/simba/term v0.0.0
 	go.uber.org/fx v1.24.0
 	go.uber.org/goleak v1.3.0
+	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (

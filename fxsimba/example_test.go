@@ -1,0 +1,108 @@
+package fxsimba_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.uber.org/fx"
+
+	"github.com/simba-go/simba/fxsimba"
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/memory"
+	"github.com/simba-go/simba/term"
+)
+
+// The idiomatic way in: fx.New with fxsimba.Module, your backend, your jobs.
+func ExampleModule() {
+	ran := make(chan string, 1)
+	app := fx.New(
+		fxsimba.Module,
+		// In production: pgsimba, mysqlsimba, backend-redis or backend-zk,
+		// built from the driver client your application already provides.
+		fx.Provide(func() (session.Backend, error) { return memory.New() }),
+		fx.Supply(slog.New(slog.DiscardHandler)), // your logger, if any
+		fxsimba.LeaderJob("nightly-report", 24*time.Hour, func(ctx context.Context, t *term.Term) error {
+			ran <- t.String() // fence your writes with t.Token()
+			return nil
+		}),
+		fx.NopLogger,
+	)
+	if err := app.Start(context.Background()); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("ran as", <-ran)
+	if err := app.Stop(context.Background()); err != nil {
+		fmt.Println(err)
+	}
+	// Output: ran as nightly-report#1
+}
+
+func ExampleWhileLeader() {
+	started, stopped := make(chan struct{}), make(chan error, 1)
+	app := fx.New(
+		fxsimba.Module,
+		fx.Provide(func() (session.Backend, error) { return memory.New() }),
+		fx.Supply(slog.New(slog.DiscardHandler)),
+		fxsimba.WhileLeader("indexer", func(ctx context.Context, t *term.Term) error {
+			close(started)
+			<-ctx.Done() // leadership ended: stop at once
+			stopped <- context.Cause(ctx)
+			return nil
+		}),
+		fx.NopLogger,
+	)
+	_ = app.Start(context.Background())
+	<-started                          // Start does not wait for leadership: the election competes in the background
+	_ = app.Stop(context.Background()) // returns after the task returned and the lease was released
+	fmt.Println(<-stopped)
+	// Output: simba: term revoked: STOPPED
+}
+
+func ExampleConfig_ApplyEnv() {
+	var app struct {
+		Simba fxsimba.Config `json:"simba"`
+	}
+	_ = json.Unmarshal([]byte(`{"simba":{"session":{"leaseDuration":"30s"}}}`), &app)
+	env := map[string]string{"SIMBA_SESSION_RENEW_INTERVAL": "6s"}
+	cfg, err := app.Simba.ApplyEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	d, err := cfg.Deadline() // pass to session.WithConfig
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	d = d.WithDefaults()
+	fmt.Println(d.LeaseDuration, d.RenewInterval, d.RetryJitter)
+
+	env["SIMBA_SESSION_RENEW_INTERVAL"] = "20s"
+	cfg, _ = app.Simba.ApplyEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	_, err = cfg.Deadline()
+	fmt.Println(err)
+	// Output:
+	// 30s 6s 3s
+	// fxsimba: invalid config: simba.session.renewInterval × 2 ≤ simba.session.leaseDuration does not hold: 2 × 20s > 30s
+}
+
+// Jobs without fx.
+func ExampleStartJobs() {
+	b, _ := memory.New()
+	s, _ := session.Open(context.Background(), b, session.WithLogger(nil))
+	defer s.Close()
+	ran := make(chan uint64, 1)
+	jobs, err := fxsimba.StartJobs(s, nil, fxsimba.Job{Name: "compaction", Every: time.Hour,
+		Task: func(ctx context.Context, t *term.Term) error { ran <- t.Token(); return nil }})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("token", <-ran)
+	_ = jobs.Stop(context.Background())
+	// Output: token 1
+}
