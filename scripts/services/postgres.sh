@@ -31,14 +31,23 @@ postgres_restartable_start() {
 #!/bin/sh
 # ctl.sh stop|start: the private PostgreSQL of backend-sql's tests.
 case "\$1" in
-stop) exec runuser -u postgres -- "$bin/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop ;;
-start) exec runuser -u postgres -- "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 start \\
+stop)
+  touch "$dir/held-down" # services.sh leaves it down while a test holds it so
+  exec runuser -u postgres -- "$bin/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop ;;
+start)
+  rm -f "$dir/held-down"
+  pg_isready -h 127.0.0.1 -p 55432 -q && exit 0
+  exec runuser -u postgres -- "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -t 60 start \\
   -o "-p 55432 -c listen_addresses=127.0.0.1 -k $dir" ;;
 *) echo "usage: \$0 stop|start" >&2; exit 2 ;;
 esac
 SH
   chmod 755 "$dir/ctl.sh"
-  if ! pg_isready -h 127.0.0.1 -p 55432 -q 2>/dev/null; then
+  # A test holding the server down (ctl.sh stop) in the last two minutes
+  # keeps it down: another `make test` starting now must not restart it.
+  if [ -n "$(find "$dir/held-down" -mmin -2 2>/dev/null)" ]; then
+    :
+  elif ! pg_isready -h 127.0.0.1 -p 55432 -q 2>/dev/null; then
     "$dir/ctl.sh" start >/dev/null
     wait_port 55432 60
   fi
