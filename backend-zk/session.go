@@ -135,8 +135,13 @@ func (s *zsession) onEvent(ev zk.Event) {
 				return
 			}
 			s.log.Info("zkbackend: reconnected", "session", formatID(s.sid.Load()), "server", ev.Server, "negotiated", s.timeout())
-			// Watches are re-set by go-zookeeper; an empty notice makes
-			// every waiting candidate try anyway.
+			// go-zookeeper re-sets the watches, but if that failed a name
+			// would never be watched again: forget them, so the next failed
+			// attempt arms its watch anew (a duplicate fires once, too). An
+			// empty notice makes every waiting candidate try now.
+			s.mu.Lock()
+			clear(s.armed)
+			s.mu.Unlock()
 			s.b.notify(session.Notice{})
 		case zk.StateExpired:
 			s.markExpired("go-zookeeper reported StateExpired")
