@@ -4,7 +4,7 @@
 //
 //	fx.New(
 //		fxsimba.Module,
-//		fx.Provide(func(pool *pgxpool.Pool) (session.Backend, error) { return pgsimba.New(pool) }),
+//		fx.Provide(func(pool *pgxpool.Pool) (session.Backend, error) { return pgsimba.New(context.Background(), pool) }),
 //		fxsimba.LeaderJob("cleanup", time.Hour, cleanup),
 //		fxsimba.WhileLeader("indexer", index),
 //	).Run()
