@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -546,14 +547,29 @@ func TestInvalidOptions(t *testing.T) {
 }
 
 func TestDefaultsToGlobals(t *testing.T) {
+	// The globals are read once, by New: swap them for the test, then back.
+	oldTP, oldMP := otel.GetTracerProvider(), otel.GetMeterProvider()
+	rec, reader := tracetest.NewSpanRecorder(), sdkmetric.NewManualReader()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	otel.SetTracerProvider(tp)
+	otel.SetMeterProvider(mp)
 	inst, err := otelsimba.New()
+	otel.SetTracerProvider(oldTP)
+	otel.SetMeterProvider(oldMP)
 	if err != nil {
-		t.Fatalf("New() with the global (no-op) providers: %v", err)
+		t.Fatalf("New(): %v", err)
 	}
-	// The no-op providers accept every event without a session attached.
 	l := inst.Listener()
 	l(session.Event{Kind: session.TermElected, Session: "x", Name: "n", Token: 1})
 	l(session.Event{Kind: session.TermRevoked, Session: "x", Name: "n", Token: 1, Reason: term.TakenOver})
+	if got := len(rec.Ended()); got != 1 {
+		t.Fatalf("spans through the global TracerProvider = %d, want 1", got)
+	}
+	f := &fixture{t: t, reader: reader}
+	if got := f.count("simba.term.revoked", reason(term.TakenOver)); got != 1 {
+		t.Fatalf("simba.term.revoked through the global MeterProvider = %d, want 1", got)
+	}
 }
 
 // A TermRevoked for a term elected before the Instrumentation listened only
