@@ -70,6 +70,23 @@ func TestConformanceRestartedServer(t *testing.T) {
 	backendtest.Run(t, cfg)
 }
 
+// TestConformanceSentinel runs the kit through a Sentinel failover client
+// (go-redis asks the Sentinel for the master), on a private master and
+// Sentinel. The kit's clients share one failover client, each with its own
+// Backend (and so its own subscription): creating a fresh failover client
+// per kit client sometimes took 2 s inside go-redis, longer than the
+// kit's racing case lets its sessions live unrenewed.
+func TestConformanceSentinel(t *testing.T) {
+	master := startServer(t)
+	sentinel := startSentinel(t, master)
+	c := dial(t, redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: "m", SentinelAddrs: []string{sentinel.addr()}, ContextTimeoutEnabled: true,
+	}), "the private Sentinel")
+	cfg := kitConfig(func(*testing.T) redis.UniversalClient { return c })
+	cfg.LoseData = func(t *testing.T) { master.restartEmpty() }
+	backendtest.Run(t, cfg)
+}
+
 // TestNewAcceptsUniversalClient checks that the client
 // redis.NewUniversalClient builds (what applications that may use Sentinel
 // or Cluster call) is accepted.

@@ -2,9 +2,12 @@ package redisbackend_test
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,10 +21,12 @@ import (
 // server is a private redis-server started by a test on a spare loopback
 // port, without persistence, so the test can pause, kill and restart it.
 type server struct {
-	t    testing.TB
-	port int
-	dir  string
-	cmd  *exec.Cmd
+	t     testing.TB
+	port  int
+	dir   string
+	args  []string // redis-server arguments before the common ones
+	ready string   // the log line that says it is ready
+	cmd   *exec.Cmd
 }
 
 // freePort finds a spare loopback port by listening on :0 and closing.
@@ -40,7 +45,23 @@ func startServer(t testing.TB) *server {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server not installed (scripts/services.sh installs it): %v", err)
 	}
-	s := &server{t: t, port: freePort(t), dir: t.TempDir()}
+	s := &server{t: t, port: freePort(t), dir: t.TempDir(), ready: "Ready to accept connections"}
+	s.start()
+	t.Cleanup(s.kill)
+	return s
+}
+
+// startSentinel starts a Redis Sentinel on a spare port that monitors
+// master under the name "m".
+func startSentinel(t testing.TB, master *server) *server {
+	t.Helper()
+	s := &server{t: t, port: freePort(t), dir: t.TempDir(), ready: "+monitor master"}
+	conf := filepath.Join(s.dir, "sentinel.conf")
+	body := fmt.Sprintf("sentinel monitor m 127.0.0.1 %d 1\nsentinel down-after-milliseconds m 5000\n", master.port)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.args = []string{conf, "--sentinel"}
 	s.start()
 	t.Cleanup(s.kill)
 	return s
@@ -52,8 +73,9 @@ func (s *server) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 // log that says it accepts connections.
 func (s *server) start() {
 	s.t.Helper()
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+	args := append(append([]string(nil), s.args...), "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir, "--loglevel", "notice")
+	cmd := exec.Command("redis-server", args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		s.t.Fatal(err)
@@ -65,7 +87,7 @@ func (s *server) start() {
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if strings.Contains(sc.Text(), "Ready to accept connections") {
+			if strings.Contains(sc.Text(), s.ready) {
 				close(ready)
 				break
 			}
@@ -77,7 +99,7 @@ func (s *server) start() {
 	case <-time.After(10 * time.Second):
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		s.t.Fatalf("redis-server on port %d not ready after 10s", s.port)
+		s.t.Fatalf("redis-server %v on port %d: no %q after 10s", s.args, s.port, s.ready)
 	}
 	s.cmd = cmd
 }
