@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/go-sql-driver/mysql"
+
 	sqlbackend "github.com/simba-go/simba/backend-sql"
 	"github.com/simba-go/simba/backend-sql/internal/core"
 	"github.com/simba-go/simba/session"
@@ -63,7 +65,7 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("mysqlsimba: %w", err)
 	}
 	b := &Backend{db: db, prefix: c.prefix}
-	b.core = core.Backend{Store: store{b}, Label: "mysqlsimba"}
+	b.core = core.Backend{Store: store{b}, Label: "mysqlsimba", Retryable: deadlocked}
 	if c.createSchema {
 		if err := b.createSchema(ctx); err != nil {
 			return nil, err
@@ -269,4 +271,11 @@ func (s store) Release(ctx context.Context, id string, leases []session.Lease) e
 func (s store) Close(ctx context.Context, id string) error {
 	_, err := s.b.stmts.closeID.ExecContext(ctx, id)
 	return err
+}
+
+// deadlocked reports InnoDB's deadlock victim (ER_LOCK_DEADLOCK, 1213):
+// its transaction was rolled back whole, so the call may run again.
+func deadlocked(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1213
 }

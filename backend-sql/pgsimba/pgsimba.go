@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	sqlbackend "github.com/simba-go/simba/backend-sql"
@@ -69,7 +70,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Backend, err
 		return nil, fmt.Errorf("pgsimba: %w", err)
 	}
 	b := &Backend{pool: pool, prefix: c.prefix, q: q, subs: map[int]*subscriber{}}
-	b.core = core.Backend{Store: store{b}, Label: "pgsimba"}
+	b.core = core.Backend{Store: store{b}, Label: "pgsimba", Retryable: deadlocked}
 	if c.createSchema {
 		if err := b.createSchema(ctx); err != nil {
 			return nil, err
@@ -277,4 +278,11 @@ func (s store) Release(ctx context.Context, id string, leases []session.Lease) e
 func (s store) Close(ctx context.Context, id string) error {
 	var n int32
 	return s.b.pool.QueryRow(ctx, s.b.q.close, id).Scan(&n)
+}
+
+// deadlocked reports a deadlock victim (SQLSTATE 40P01): its transaction
+// was rolled back whole, so the call may run again.
+func deadlocked(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "40P01"
 }

@@ -83,7 +83,26 @@ type Backend struct {
 	Store Store
 	// Label starts every error message, e.g. "pgsimba".
 	Label string
-	shut  atomic.Bool
+	// Retryable reports errors after which the database rolled the call's
+	// transaction back and it may simply run again: a deadlock victim.
+	// Optional.
+	Retryable func(error) bool
+	shut      atomic.Bool
+}
+
+// maxAttempts bounds the runs of one call that keeps losing deadlocks.
+const maxAttempts = 3
+
+// retry runs f until it succeeds, fails for good, or has run maxAttempts
+// times. Every routine runs in one transaction, so a deadlock victim left
+// nothing behind and is safe to run again.
+func (b *Backend) retry(ctx context.Context, f func() error) error {
+	for i := 1; ; i++ {
+		err := f()
+		if err == nil || i == maxAttempts || b.Retryable == nil || !b.Retryable(err) || ctx.Err() != nil {
+			return err
+		}
+	}
 }
 
 // Shut makes every later call fail with [session.ErrClosed].
@@ -117,7 +136,11 @@ func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.Op
 	if err != nil {
 		return session.OpenReply{}, b.wrap("open", err)
 	}
-	rem, err := b.Store.Open(ctx, string(id), req.LeaseDuration.Microseconds())
+	var rem int64
+	err = b.retry(ctx, func() (err error) {
+		rem, err = b.Store.Open(ctx, string(id), req.LeaseDuration.Microseconds())
+		return err
+	})
 	if err != nil {
 		return session.OpenReply{}, b.wrap("open", err)
 	}
@@ -132,7 +155,12 @@ func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.
 	if !wellFormed(req.ID) {
 		return session.RenewReply{}, b.expired("renew", req.ID)
 	}
-	r, ok, err := b.Store.Renew(ctx, string(req.ID), req.KnownVersion)
+	var r RenewResult
+	var ok bool
+	err := b.retry(ctx, func() (err error) {
+		r, ok, err = b.Store.Renew(ctx, string(req.ID), req.KnownVersion)
+		return err
+	})
 	if err != nil {
 		return session.RenewReply{}, b.wrap("renew", err)
 	}
@@ -176,7 +204,12 @@ func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (sess
 	if len(names) == 0 {
 		return rep, nil
 	}
-	tokens, ok, err := b.Store.Acquire(ctx, string(req.ID), names)
+	var tokens []uint64
+	var ok bool
+	err := b.retry(ctx, func() (err error) {
+		tokens, ok, err = b.Store.Acquire(ctx, string(req.ID), names)
+		return err
+	})
 	if err != nil {
 		return session.AcquireReply{}, b.wrap("acquire", err)
 	}
@@ -217,7 +250,7 @@ func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error
 		return compareUint(x.Token, y.Token)
 	})
 	leases = slices.Compact(leases)
-	if err := b.Store.Release(ctx, string(req.ID), leases); err != nil {
+	if err := b.retry(ctx, func() error { return b.Store.Release(ctx, string(req.ID), leases) }); err != nil {
 		return b.wrap("release", err)
 	}
 	return nil
@@ -231,7 +264,7 @@ func (b *Backend) Close(ctx context.Context, id session.ID) error {
 	if !wellFormed(id) {
 		return nil // unknown: closing it is not an error
 	}
-	if err := b.Store.Close(ctx, string(id)); err != nil {
+	if err := b.retry(ctx, func() error { return b.Store.Close(ctx, string(id)) }); err != nil {
 		return b.wrap("close", err)
 	}
 	return nil

@@ -63,8 +63,12 @@ func FuzzExpand(f *testing.F) {
 // fakeStore records calls, to check what the dialect-independent layer
 // sends; real behaviour is tested against the servers.
 type fakeStore struct {
-	names []string
+	names    []string
+	failures int // Close fails with errDeadlock this many times
+	closes   int
 }
+
+var errDeadlock = errors.New("deadlock")
 
 func (f *fakeStore) Open(context.Context, string, int64) (int64, error) { return 1000, nil }
 func (f *fakeStore) Renew(context.Context, string, uint64) (RenewResult, bool, error) {
@@ -79,7 +83,29 @@ func (f *fakeStore) Acquire(_ context.Context, _ string, names []string) ([]uint
 	return out, true, nil
 }
 func (f *fakeStore) Release(context.Context, string, []session.Lease) error { return nil }
-func (f *fakeStore) Close(context.Context, string) error                    { return nil }
+func (f *fakeStore) Close(context.Context, string) error {
+	f.closes++
+	if f.failures > 0 {
+		f.failures--
+		return errDeadlock
+	}
+	return nil
+}
+
+func TestDeadlockVictimsRunAgain(t *testing.T) {
+	for _, tc := range []struct {
+		failures, wantCalls int
+		wantErr             bool
+	}{{0, 1, false}, {1, 2, false}, {2, 3, false}, {5, 3, true}} {
+		fs := &fakeStore{failures: tc.failures}
+		b := Backend{Store: fs, Label: "test", Retryable: func(err error) bool { return errors.Is(err, errDeadlock) }}
+		id, _ := NewID()
+		err := b.Close(context.Background(), id)
+		if fs.closes != tc.wantCalls || (err != nil) != tc.wantErr {
+			t.Errorf("%d deadlocks: %d calls, err %v; want %d calls, error %v", tc.failures, fs.closes, err, tc.wantCalls, tc.wantErr)
+		}
+	}
+}
 
 func TestAcquireSortsDedupesAndMapsBack(t *testing.T) {
 	fs := &fakeStore{}
