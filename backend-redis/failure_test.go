@@ -3,6 +3,7 @@ package redisbackend_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -188,4 +189,55 @@ func TestFailureSubscribeWhileRedisPaused(t *testing.T) {
 	id := open(t, b, 5*time.Second)
 	release(t, b, id, "x", acquire(t, b, id, "x")[0])
 	got.await(t, "for x", func(n session.Notice) bool { return n.Name == "x" })
+}
+
+// TestFailureFailoverToStaleReplica promotes a replica that missed the
+// latest writes (it was paused while the master handed out more terms),
+// as a Sentinel or Cluster failover after asynchronous replication would:
+// tokens handed out by the new primary are still above every earlier one.
+func TestFailureFailoverToStaleReplica(t *testing.T) {
+	master := startServer(t, "--repl-diskless-sync-delay", "0")
+	replica := startServer(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.port))
+
+	mc := master.client(master.addr())
+	ns := namespace(t)
+	b := newBackend(t, mc, ns)
+	lease := time.Second
+	id := open(t, b, lease)
+	tok := acquire(t, b, id, "x")[0]
+	// Wait until the replica has the term (WAIT blocks until it acknowledges).
+	waitReplicas := func() {
+		t.Helper()
+		n, err := mc.(*redis.Client).Wait(ctxT(t), 1, 5*time.Second).Result()
+		if err != nil || n != 1 {
+			t.Fatalf("WAIT 1: %d replicas, %v", n, err)
+		}
+	}
+	waitReplicas()
+	renew(t, b, id, 0) // a fresh lease for the writes below, however long the sync took
+	waitReplicas()
+
+	replica.pause() // from here on the replica misses every write
+	var last uint64
+	release(t, b, id, "x", tok)
+	for i := 0; i < 10; i++ {
+		last = acquire(t, b, id, "x")[0]
+		release(t, b, id, "x", last)
+	}
+	master.kill()
+	replica.resume()
+	rc := replica.client(replica.addr())
+	if err := rc.(*redis.Client).ReplicaOf(ctxT(t), "NO", "ONE").Err(); err != nil {
+		t.Fatalf("promote the replica: %v", err)
+	}
+
+	// The promoted replica still has the first term: x owned by the old
+	// session until that expires on the new primary's clock.
+	nb := newBackend(t, rc, ns)
+	o := open(t, nb, 10*time.Second)
+	waitTimer(lease + 200*time.Millisecond)
+	got := acquire(t, nb, o, "x")[0]
+	if got <= last {
+		t.Fatalf("token after failover to a stale replica = %d, want > %d (last token of the old primary)", got, last)
+	}
 }

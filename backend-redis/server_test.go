@@ -40,12 +40,12 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func startServer(t testing.TB) *server {
+func startServer(t testing.TB, args ...string) *server {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server not installed (scripts/services.sh installs it): %v", err)
 	}
-	s := &server{t: t, port: freePort(t), dir: t.TempDir(), ready: "Ready to accept connections"}
+	s := &server{t: t, port: freePort(t), dir: t.TempDir(), ready: "Ready to accept connections", args: args}
 	s.start()
 	t.Cleanup(s.kill)
 	return s
