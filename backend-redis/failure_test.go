@@ -200,12 +200,8 @@ func TestFailureFailoverToStaleReplica(t *testing.T) {
 	replica := startServer(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.port))
 
 	mc := master.client(master.addr())
-	ns := namespace(t)
-	b := newBackend(t, mc, ns)
-	lease := time.Second
-	id := open(t, b, lease)
-	tok := acquire(t, b, id, "x")[0]
-	// Wait until the replica has the term (WAIT blocks until it acknowledges).
+	// Wait until the replica has caught up (WAIT blocks until it
+	// acknowledges), first for the initial sync, then for the term below.
 	waitReplicas := func() {
 		t.Helper()
 		n, err := mc.(*redis.Client).Wait(ctxT(t), 1, 5*time.Second).Result()
@@ -213,8 +209,16 @@ func TestFailureFailoverToStaleReplica(t *testing.T) {
 			t.Fatalf("WAIT 1: %d replicas, %v", n, err)
 		}
 	}
+	if err := mc.Set(ctxT(t), "sync-probe", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
 	waitReplicas()
-	renew(t, b, id, 0) // a fresh lease for the writes below, however long the sync took
+
+	ns := namespace(t)
+	b := newBackend(t, mc, ns)
+	lease := time.Second
+	id := open(t, b, lease)
+	tok := acquire(t, b, id, "x")[0]
 	waitReplicas()
 
 	replica.pause() // from here on the replica misses every write
