@@ -247,22 +247,31 @@ func (s store) Acquire(ctx context.Context, id string, names []string) ([]uint64
 		return nil, false, err
 	}
 	defer rows.Close()
+	tokens, err := s.acquired(rows, names)
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == sqlstateExpired {
+		return nil, false, nil
+	}
+	return tokens, err == nil, err
+}
+
+// sqlstateExpired is raised by the acquire routine for an expired or
+// unknown session (after rolling back what it did).
+const sqlstateExpired = "SX001"
+
+func (s store) acquired(rows pgx.Rows, names []string) ([]uint64, error) {
 	tokens := make([]uint64, 0, len(names))
 	for rows.Next() {
 		var name string
 		var token int64
 		if err := rows.Scan(&name, &token); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 		if len(tokens) >= len(names) || names[len(tokens)] != name {
-			return nil, false, fmt.Errorf("%w: token for %q out of order", core.ErrBadReply, name)
+			return nil, fmt.Errorf("%w: token for %q out of order", core.ErrBadReply, name)
 		}
 		tokens = append(tokens, uint64(token))
 	}
-	if err := rows.Err(); err != nil {
-		return nil, false, err
-	}
-	return tokens, len(tokens) > 0, nil
+	return tokens, rows.Err()
 }
 
 func (s store) Release(ctx context.Context, id string, leases []session.Lease) error {

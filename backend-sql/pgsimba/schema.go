@@ -86,10 +86,10 @@ DECLARE
     v_alive boolean;
     v_won   boolean := false;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM {p}_sessions s
-                    WHERE s.id = p_id AND s.expires_at > clock_timestamp()) THEN
-        RETURN; -- no row at all: expired or unknown
-    END IF;
+    -- Whether the session is alive is checked at the end, once, by the
+    -- statement that must run anyway (or by a read if nothing was won);
+    -- an expired session fails with SQLSTATE SX001, which rolls back all
+    -- it did here.
     -- p_names is sorted, so concurrent calls lock lease rows in one order.
     FOREACH v_name IN ARRAY p_names LOOP
         r_name := v_name;
@@ -150,7 +150,13 @@ BEGIN
         RETURN NEXT;
     END LOOP;
     IF v_won THEN
-        UPDATE {p}_sessions s SET version = s.version + 1 WHERE s.id = p_id;
+        UPDATE {p}_sessions s SET version = s.version + 1
+         WHERE s.id = p_id AND s.expires_at > clock_timestamp();
+    ELSE
+        PERFORM 1 FROM {p}_sessions s WHERE s.id = p_id AND s.expires_at > clock_timestamp();
+    END IF;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'simba: session % expired or unknown', p_id USING ERRCODE = 'SX001';
     END IF;
 END $$;
 
