@@ -96,63 +96,69 @@ BEGIN
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
-    SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6);
-    IF v_alive = 0 THEN
-        COMMIT;
-        SELECT NULL AS tokens FROM DUAL WHERE FALSE;
-    ELSE
-        -- p_names is sorted and comma-separated (names cannot hold a
-        -- comma), so concurrent calls lock lease rows in one order.
-        WHILE v_pos <= CHAR_LENGTH(p_names) DO
-            SET v_end = LOCATE(',', p_names, v_pos);
-            IF v_end = 0 THEN
-                SET v_end = CHAR_LENGTH(p_names) + 1;
-            END IF;
-            SET v_name = SUBSTRING(p_names, v_pos, v_end - v_pos);
-            SET v_pos = v_end + 1;
-            SET v_owner = NULL, v_token = NULL, v_held = 0, v_new = 0;
+    -- Whether the session is alive is checked at the end, once, by the
+    -- statement that must run anyway (or by a read if nothing was won); an
+    -- expired session's attempt is rolled back and answers no row.
+    -- p_names is sorted and comma-separated (names cannot hold a
+    -- comma), so concurrent calls lock lease rows in one order.
+    WHILE v_pos <= CHAR_LENGTH(p_names) DO
+        SET v_end = LOCATE(',', p_names, v_pos);
+        IF v_end = 0 THEN
+            SET v_end = CHAR_LENGTH(p_names) + 1;
+        END IF;
+        SET v_name = SUBSTRING(p_names, v_pos, v_end - v_pos);
+        SET v_pos = v_end + 1;
+        SET v_owner = NULL, v_token = NULL, v_held = 0, v_new = 0;
+        SELECT session_id, token, held INTO v_owner, v_token, v_held FROM {p}_leases WHERE name = v_name FOR UPDATE;
+        IF v_token IS NULL THEN
+            -- A new name starts at the clock in microseconds, so tokens
+            -- keep rising even if the table was emptied (ADR 0031).
+            -- ON DUPLICATE KEY: another call may insert it first.
+            INSERT INTO {p}_leases (name, session_id, token, held)
+            VALUES (v_name, p_id, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)), 1)
+            ON DUPLICATE KEY UPDATE token = token;
             SELECT session_id, token, held INTO v_owner, v_token, v_held FROM {p}_leases WHERE name = v_name FOR UPDATE;
-            IF v_token IS NULL THEN
-                -- A new name starts at the clock in microseconds, so tokens
-                -- keep rising even if the table was emptied (ADR 0031).
-                -- ON DUPLICATE KEY: another call may insert it first.
-                INSERT INTO {p}_leases (name, session_id, token, held)
-                VALUES (v_name, p_id, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)), 1)
-                ON DUPLICATE KEY UPDATE token = token;
-                SELECT session_id, token, held INTO v_owner, v_token, v_held FROM {p}_leases WHERE name = v_name FOR UPDATE;
-                IF v_owner = p_id AND v_held = 1 THEN
-                    SET v_new = 1, v_won = 1;
-                END IF;
+            IF v_owner = p_id AND v_held = 1 THEN
+                SET v_new = 1, v_won = 1;
             END IF;
-            IF v_new = 0 AND NOT (v_held = 1 AND v_owner <=> p_id) THEN
-                SET v_alive = 0;
-                IF v_held = 1 THEN
+        END IF;
+        IF v_new = 0 AND NOT (v_held = 1 AND v_owner <=> p_id) THEN
+            SET v_alive = 0;
+            IF v_held = 1 THEN
+                SELECT COUNT(*) INTO v_alive FROM {p}_sessions
+                 WHERE id = v_owner AND expires_at > UTC_TIMESTAMP(6);
+                IF v_alive = 0 THEN
+                    -- Looks expired. A renewal may be in flight: its
+                    -- row lock conflicts with this share lock, so wait
+                    -- for it and look again. (Only here: locking live
+                    -- owners would let two candidates deadlock.)
+                    SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = v_owner LOCK IN SHARE MODE;
                     SELECT COUNT(*) INTO v_alive FROM {p}_sessions
                      WHERE id = v_owner AND expires_at > UTC_TIMESTAMP(6);
-                    IF v_alive = 0 THEN
-                        -- Looks expired. A renewal may be in flight: its
-                        -- row lock conflicts with this share lock, so wait
-                        -- for it and look again. (Only here: locking live
-                        -- owners would let two candidates deadlock.)
-                        SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = v_owner LOCK IN SHARE MODE;
-                        SELECT COUNT(*) INTO v_alive FROM {p}_sessions
-                         WHERE id = v_owner AND expires_at > UTC_TIMESTAMP(6);
-                    END IF;
-                END IF;
-                IF v_alive = 0 THEN
-                    -- v_token is the row's, read under its lock above.
-                    SET v_token = GREATEST(v_token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)));
-                    UPDATE {p}_leases SET session_id = p_id, held = 1, token = v_token WHERE name = v_name;
-                    SET v_won = 1;
-                ELSE
-                    SET v_token = 0;
                 END IF;
             END IF;
-            SET v_out = CONCAT(v_out, IF(v_out = '', '', ','), v_token);
-        END WHILE;
-        IF v_won = 1 THEN
-            UPDATE {p}_sessions SET version = version + 1 WHERE id = p_id;
+            IF v_alive = 0 THEN
+                -- v_token is the row's, read under its lock above.
+                SET v_token = GREATEST(v_token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)));
+                UPDATE {p}_leases SET session_id = p_id, held = 1, token = v_token WHERE name = v_name;
+                SET v_won = 1;
+            ELSE
+                SET v_token = 0;
+            END IF;
         END IF;
+        SET v_out = CONCAT(v_out, IF(v_out = '', '', ','), v_token);
+    END WHILE;
+    IF v_won = 1 THEN
+        UPDATE {p}_sessions SET version = version + 1
+         WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6);
+        SET v_alive = ROW_COUNT();
+    ELSE
+        SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6);
+    END IF;
+    IF v_alive = 0 THEN
+        ROLLBACK;
+        SELECT NULL AS tokens FROM DUAL WHERE FALSE;
+    ELSE
         COMMIT;
         SELECT v_out AS tokens;
     END IF;
