@@ -38,7 +38,7 @@ type Backend struct {
 
 	mu   sync.Mutex // guards sub
 	sub  *subscription
-	next uint64 // id of the next subscriber
+	next uint64 // id of the last subscriber
 }
 
 var (

@@ -495,3 +495,65 @@ func TestSubscribeStopThenResubscribe(t *testing.T) {
 		t.Error("Subscribe(nil) succeeded")
 	}
 }
+
+// A subscriber may stop its own subscription from inside its callback
+// (the engine's Close can run there); and a stop from elsewhere waits for
+// a callback in progress.
+func TestSubscribeStopFromCallbackAndWhileRunning(t *testing.T) {
+	b := newBackend(t, standalone(t), namespace(t))
+	id := open(t, b, 5*time.Second)
+
+	stopped := make(chan struct{})
+	var stop func()
+	var err error
+	stop, err = b.Subscribe(func(n session.Notice) {
+		if n.Name == "self" {
+			stop() // must not deadlock
+			close(stopped)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(t, b, id, "self", acquire(t, b, id, "self")[0])
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stop from inside the callback did not return within 5s")
+	}
+
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	var returned atomic.Bool
+	stop2, err := b.Subscribe(func(n session.Notice) {
+		if n.Name == "slow" {
+			close(entered)
+			<-unblock
+			returned.Store(true)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(t, b, id, "slow", acquire(t, b, id, "slow")[0])
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notice for slow within 5s")
+	}
+	stopDone := make(chan struct{})
+	go func() { stop2(); close(stopDone) }()
+	select {
+	case <-stopDone:
+		t.Fatal("stop returned while the callback was still running")
+	case <-time.After(100 * time.Millisecond): // stop must still be waiting
+	}
+	close(unblock)
+	select {
+	case <-stopDone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stop did not return after the callback did")
+	}
+	if !returned.Load() {
+		t.Fatal("stop returned before the callback had")
+	}
+}

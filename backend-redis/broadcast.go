@@ -23,9 +23,12 @@ const healthCheck = time.Second
 type subscription struct {
 	ps   *redis.PubSub
 	done chan struct{} // closed when the delivery loop has returned
+	loop uint64        // goroutine id of the delivery loop
 
-	dmu  sync.Mutex // held while delivering, so stop can wait for fn
-	subs map[uint64]func(session.Notice)
+	mu      sync.Mutex
+	idle    *sync.Cond // signalled when a call of fn returns
+	subs    map[uint64]func(session.Notice)
+	calling uint64 // subscriber whose fn runs now, 0 if none
 }
 
 // Subscribe delivers release notices of the namespace to fn until stop is
@@ -34,8 +37,9 @@ type subscription struct {
 // connection, fn receives a Notice with an empty Name, since notices may
 // have been missed meanwhile.
 //
-// fn must not block and must not call stop. stop waits until fn will not
-// be called again. Subscribe waits up to the subscribe timeout (see
+// fn must not block. stop waits until fn will not be called again; called
+// from fn itself, it returns at once (fn is then not called again after it
+// returns). Subscribe waits up to the subscribe timeout (see
 // [WithSubscribeTimeout]) for Redis to confirm the subscription; if Redis
 // cannot be reached by then, Subscribe still succeeds, the subscription is
 // retried in the background, and fn receives an empty Notice once it is
@@ -54,22 +58,30 @@ func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
 		}
 		b.sub = s
 	}
-	s, id := b.sub, b.next
 	b.next++
-	s.dmu.Lock()
+	s, id := b.sub, b.next // ids start at 1: 0 means "nobody" in calling
+	s.mu.Lock()
 	s.subs[id] = fn
-	s.dmu.Unlock()
+	s.mu.Unlock()
 	var once sync.Once
 	return func() { once.Do(func() { b.unsubscribe(s, id) }) }, nil
 }
 
+// unsubscribe removes subscriber id and waits until its fn is not running,
+// unless it is called from that fn (on the delivery loop), where waiting
+// would be waiting for itself: the fn then returns before the loop can
+// call anything again. The last subscriber out closes the subscription.
 func (b *Backend) unsubscribe(s *subscription, id uint64) {
+	inLoop := goid() == s.loop
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s.dmu.Lock()
+	s.mu.Lock()
 	delete(s.subs, id)
+	for !inLoop && s.calling == id {
+		s.idle.Wait()
+	}
 	left := len(s.subs)
-	s.dmu.Unlock()
+	s.mu.Unlock()
 	if left > 0 {
 		return
 	}
@@ -77,7 +89,9 @@ func (b *Backend) unsubscribe(s *subscription, id uint64) {
 		b.sub = nil
 	}
 	_ = s.ps.Close() // closing a subscription only fails if already closed
-	<-s.done
+	if !inLoop {
+		<-s.done
+	}
 }
 
 func (b *Backend) startSubscription() (*subscription, error) {
@@ -98,13 +112,18 @@ func (b *Backend) startSubscription() (*subscription, error) {
 		}
 	}
 	s := &subscription{ps: ps, done: make(chan struct{}), subs: make(map[uint64]func(session.Notice))}
+	s.idle = sync.NewCond(&s.mu)
 	ch := ps.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(healthCheck))
-	go s.loop(ch)
+	started := make(chan struct{})
+	go s.run(ch, started)
+	<-started
 	return s, nil
 }
 
-func (s *subscription) loop(ch <-chan any) {
+func (s *subscription) run(ch <-chan any, started chan<- struct{}) {
 	defer close(s.done)
+	s.loop = goid()
+	close(started)
 	for m := range ch {
 		switch m := m.(type) {
 		case *redis.Subscription:
@@ -119,11 +138,30 @@ func (s *subscription) loop(ch <-chan any) {
 	}
 }
 
+// deliver calls every subscriber's fn in turn, without holding the lock,
+// so that fn may call into the backend or stop its own subscription.
 func (s *subscription) deliver(n session.Notice) {
-	s.dmu.Lock()
-	defer s.dmu.Unlock()
-	for _, fn := range s.subs {
+	s.mu.Lock()
+	ids := make([]uint64, 0, len(s.subs))
+	for id := range s.subs {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		s.mu.Lock()
+		fn, ok := s.subs[id] // skip subscribers stopped meanwhile
+		if ok {
+			s.calling = id
+		}
+		s.mu.Unlock()
+		if !ok {
+			continue
+		}
 		fn(n)
+		s.mu.Lock()
+		s.calling = 0
+		s.idle.Broadcast()
+		s.mu.Unlock()
 	}
 }
 
