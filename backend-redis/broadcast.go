@@ -71,22 +71,26 @@ func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
 // unless it is called from that fn (on the delivery loop), where waiting
 // would be waiting for itself: the fn then returns before the loop can
 // call anything again. The last subscriber out closes the subscription.
+// No lock is held while waiting, so a running fn may call the backend.
 func (b *Backend) unsubscribe(s *subscription, id uint64) {
 	inLoop := goid() == s.loop
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	s.mu.Lock()
 	delete(s.subs, id)
 	for !inLoop && s.calling == id {
 		s.idle.Wait()
 	}
-	left := len(s.subs)
 	s.mu.Unlock()
-	if left > 0 {
-		return
+
+	b.mu.Lock()
+	s.mu.Lock()
+	last := len(s.subs) == 0 && b.sub == s
+	s.mu.Unlock()
+	if last {
+		b.sub = nil // the next Subscribe starts a fresh subscription
 	}
-	if b.sub == s {
-		b.sub = nil
+	b.mu.Unlock()
+	if !last {
+		return
 	}
 	_ = s.ps.Close() // closing a subscription only fails if already closed
 	if !inLoop {
