@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/mysqlsimba"
@@ -52,4 +53,32 @@ func ExampleNew() {
 	// Hand b to the session engine; it is a session.Backend. Candidates
 	// poll: MySQL has no LISTEN/NOTIFY.
 	var _ session.Backend = b
+}
+
+// With WithoutSchemaCreation the backend relies on the user's migration:
+// it fails until the statements from Schema have been run, then works.
+func TestSchemaFromMigration(t *testing.T) {
+	db := newDB(t, dsn(t), nil)
+	prefix := sqltest.FreshPrefix()
+	t.Cleanup(func() { dropSchema(t, db, prefix) })
+	b, err := mysqlsimba.New(sqltest.Ctx(t), db, mysqlsimba.WithPrefix(prefix), mysqlsimba.WithoutSchemaCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Shutdown()
+	if _, err := b.Open(sqltest.Ctx(t), session.OpenRequest{LeaseDuration: time.Second}); err == nil {
+		t.Fatal("Open succeeded without a schema")
+	}
+	stmts, err := mysqlsimba.Schema(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range stmts {
+		if _, err := db.ExecContext(sqltest.Ctx(t), s); err != nil {
+			t.Fatalf("running Schema: %v", err)
+		}
+	}
+	if tok := sqltest.Acquire(t, b, sqltest.Open(t, b, time.Second), "m"); tok == 0 {
+		t.Fatal("no token after the migration")
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -67,4 +68,30 @@ func ExampleNew() {
 		return
 	}
 	defer s.Close()
+}
+
+// With WithoutSchemaCreation the backend relies on the user's migration:
+// it fails until the SQL from Schema has been run, then works.
+func TestSchemaFromMigration(t *testing.T) {
+	pool := newPool(t, pgURL(t), nil)
+	prefix := sqltest.FreshPrefix()
+	t.Cleanup(func() { dropSchema(t, pool, prefix) })
+	b, err := pgsimba.New(sqltest.Ctx(t), pool, pgsimba.WithPrefix(prefix), pgsimba.WithoutSchemaCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Shutdown()
+	if _, err := b.Open(sqltest.Ctx(t), session.OpenRequest{LeaseDuration: time.Second}); err == nil {
+		t.Fatal("Open succeeded without a schema")
+	}
+	ddl, err := pgsimba.Schema(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(sqltest.Ctx(t), ddl); err != nil {
+		t.Fatalf("running Schema: %v", err)
+	}
+	if tok := sqltest.Acquire(t, b, sqltest.Open(t, b, time.Second), "m"); tok == 0 {
+		t.Fatal("no token after the migration")
+	}
 }
