@@ -9,7 +9,7 @@ STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 SIM_SEEDS ?= 10000
 
-.PHONY: all demo test test-unit lint fmt staticcheck bench services services-stop services-status sim-long fuzz tidy
+.PHONY: docs all demo test test-unit lint fmt staticcheck bench services services-stop services-status sim-long fuzz tidy
 
 all: lint test
 
@@ -48,8 +48,13 @@ bench: services
 sim-long:
 	cd election && SIMBA_SIM_SEEDS=$${SIMBA_SIM_SEEDS:-200000} $(GO) test -count=1 -timeout 2h -run TestSimulation ./...
 
+## docs: gather docs/benchmarks.md and docs/spec-coverage.md from the per-module fragments
+docs:
+	@./scripts/gather-docs.sh
+
+## fuzz: every Fuzz target of every module, FUZZTIME (default 10s) each
 fuzz:
-	cd deadline && $(GO) test -run '^$$' -fuzz FuzzValidateName -fuzztime 30s .
+	@./scripts/fuzz.sh
 
 tidy:
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy); done
