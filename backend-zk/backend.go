@@ -59,7 +59,19 @@ type Backend struct {
 	subN  int
 
 	wg sync.WaitGroup // goroutines the backend started
+
+	// highest is the highest token this Backend value has handed out per
+	// name: the guard against an ensemble that lost its data (zxids restart
+	// low after a rebuild from empty disks). Guarded by mu.
+	highest map[string]uint64
 }
+
+// ErrTokenRegressed is the error of an acquisition whose token (the
+// node's czxid) is lower than one this Backend value already handed out
+// for the name: the ensemble lost its data and restarted its zxids. The
+// lease is not made a term (the engine releases the node); move to a new
+// namespace root, or restart every client, before trusting tokens again.
+var ErrTokenRegressed = errors.New("zkbackend: fencing token went backwards (the ensemble lost its data)")
 
 var (
 	_ session.Backend     = (*Backend)(nil)
@@ -91,6 +103,7 @@ func New(servers []string, root string, opts ...Option) (*Backend, error) {
 		root:     root,
 		cfg:      cfg,
 		sessions: make(map[session.ID]*zsession),
+		highest:  make(map[string]uint64),
 		subs:     make(map[int]func(session.Notice)),
 	}, nil
 }
@@ -220,6 +233,20 @@ func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (sess
 	if err := errors.Join(errs...); err != nil {
 		return session.AcquireReply{}, fmt.Errorf("zkbackend: acquire %s: %w", s.id, err)
 	}
+	b.mu.Lock()
+	for i := range results {
+		r := &results[i]
+		if r.Token == 0 {
+			continue
+		}
+		if h := b.highest[r.Name]; r.Token < h {
+			r.Err = fmt.Errorf("%w: %q got token %d after %d", ErrTokenRegressed, r.Name, r.Token, h)
+			r.Token = 0
+			continue
+		}
+		b.highest[r.Name] = r.Token
+	}
+	b.mu.Unlock()
 	return session.AcquireReply{Results: results}, nil
 }
 
