@@ -73,7 +73,8 @@ zk_launch() {
   if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then return 0; fi
   (
     cd "$dir"
-    nohup java -Xmx256m -XX:+UseSerialGC -Dzookeeper.admin.enableServer=false \
+    # setsid: the server outlives the shell (and process group) that started it.
+    setsid nohup java -Xmx256m -XX:+UseSerialGC -Dzookeeper.admin.enableServer=false \
       -cp "$ZK_CLASSPATH" org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" \
       > "$dir/server.log" 2>&1 < /dev/null &
     echo $! > "$dir/pid"
