@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"time"
@@ -29,13 +30,20 @@ var timing = deadline.Config{LeaseDuration: 3 * time.Second, RenewInterval: time
 
 type timeline struct {
 	mu    sync.Mutex
+	w     io.Writer
 	start time.Time
 }
 
 func (tl *timeline) say(who, format string, args ...any) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
-	fmt.Printf("%+8.3fs  %-7s %s\n", time.Since(tl.start).Seconds(), who, fmt.Sprintf(format, args...))
+	fmt.Fprintf(tl.w, "%+8.3fs  %-7s %s\n", time.Since(tl.start).Seconds(), who, fmt.Sprintf(format, args...))
+}
+
+func (tl *timeline) print(format string, args ...any) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	fmt.Fprintf(tl.w, format, args...)
 }
 
 type node struct {
@@ -47,20 +55,19 @@ type node struct {
 }
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	tl := &timeline{start: time.Now()}
+func run(w io.Writer) error {
+	tl := &timeline{w: w, start: time.Now()}
 	backend, err := memory.New()
 	if err != nil {
 		return err
 	}
-	fmt.Println("Simba demo: three nodes, one in-memory backend, lease 3s, renewal every 1s.")
-	fmt.Println()
+	tl.print("Simba demo: three nodes, one in-memory backend, lease 3s, renewal every 1s.\n\n")
 
 	var nodes []*node
 	for _, name := range []string{"node-a", "node-b", "node-c"} {
@@ -88,7 +95,7 @@ func run() error {
 	}()
 
 	// 1. Election, with a leader task.
-	fmt.Println("\n— 1. election: every node runs for \"scheduler\"; the leader runs a task")
+	tl.print("\n— 1. election: every node runs for \"scheduler\"; the leader runs a task\n")
 	for _, n := range nodes {
 		n := n
 		e, err := election.Start(n.s, "scheduler",
@@ -115,7 +122,7 @@ func run() error {
 	}
 
 	// 2. Voluntary handover: StepDown.
-	fmt.Printf("\n— 2. handover: %s steps down for 10s (revoke, task returns, release, OnRevoked; then a new leader)\n", leader.name)
+	tl.print("\n— 2. handover: %s steps down for 10s (revoke, task returns, release, OnRevoked; then a new leader)\n", leader.name)
 	tl.say(leader.name, "StepDown(10s) called")
 	if err := leader.e.StepDown(context.Background(), 10*time.Second); err != nil {
 		return err
@@ -127,7 +134,7 @@ func run() error {
 	}
 
 	// 3. Failover: the new leader is cut off from the backend.
-	fmt.Printf("\n— 3. failover: %s loses its connection to the backend (as in a partition or a crash)\n", next.name)
+	tl.print("\n— 3. failover: %s loses its connection to the backend (as in a partition or a crash)\n", next.name)
 	next.client.FailCalls(errors.New("connection refused"))
 	tl.say(next.name, "cut off")
 	after, err := waitLeader(nodes, next, 10*time.Second)
@@ -138,7 +145,7 @@ func run() error {
 	next.client.FailCalls(nil)
 
 	// 4. A lock with its fencing token.
-	fmt.Println("\n— 4. lock: node-a and node-c take the lock \"nightly-report\" in turn; the resource checks fencing tokens")
+	tl.print("\n— 4. lock: node-a and node-c take the lock \"nightly-report\" in turn; the resource checks fencing tokens\n")
 	store := &fencedStore{}
 	a, c := nodes[0], nodes[2]
 	la, err := lock.Acquire(context.Background(), a.s, "nightly-report")
@@ -157,7 +164,7 @@ func run() error {
 	tl.say(a.name, "a late write with old token %d (say, after a GC pause): %v", staleToken, store.write(staleToken, "report v1 (stale)"))
 	_ = lc.Close()
 
-	fmt.Println("\n— done: every node closes its session, which releases every lease at once.")
+	tl.print("\n— done: every node closes its session, which releases every lease at once.\n")
 	for _, n := range nodes {
 		_ = n.e.Stop(context.Background())
 	}
