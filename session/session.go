@@ -201,6 +201,11 @@ func (s *Session) Close() error {
 	s.mu.Lock()
 	if s.state == Closed {
 		s.mu.Unlock()
+		if s.inside.current() {
+			// The Close under way may be waiting for this very callback
+			// or task.
+			return ErrWouldBlockSelf
+		}
 		<-s.closed
 		return nil
 	}

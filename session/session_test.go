@@ -644,3 +644,32 @@ func TestTokenNotAboveAReleasedOneIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// A leader task that reacts to its term's end by closing the session (a
+// common "shut down when we lose leadership" pattern) runs while another
+// goroutine's Close waits for that very task: its Close must not wait.
+func TestCloseFromATaskWhileAnotherCloseWaitsDoesNotDeadlock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, deadline.Config{})
+		_, r := f.claim("jobs")
+		tm := r.terms()[0]
+		inner := make(chan error, 1)
+		f.s.Go(func() {
+			<-tm.Done()
+			inner <- f.s.Close()
+		})
+		outer := make(chan error, 1)
+		go func() { outer <- f.s.Close() }()
+		select {
+		case err := <-outer:
+			if err != nil {
+				t.Fatalf("Close = %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("Close hangs: it waits for a task that waits for Close")
+		}
+		if err := <-inner; !errors.Is(err, session.ErrWouldBlockSelf) {
+			t.Fatalf("Close from the task = %v, want ErrWouldBlockSelf", err)
+		}
+	})
+}
