@@ -23,9 +23,10 @@ type Held struct {
 	t *term.Term
 }
 
-// Acquire blocks until the lock name is held by this session, or ctx ends.
-// It fails with an error wrapping election.ErrAlreadyStarted if the same
-// name is already locked or being acquired on this session.
+// Acquire blocks until the lock name is held by this session, or ctx ends,
+// or the session closes (an error wrapping session.ErrClosed). It fails
+// with an error wrapping election.ErrAlreadyStarted if the same name is
+// already locked or being acquired on this session.
 func Acquire(ctx context.Context, s *session.Session, name string) (*Held, error) {
 	return acquire(ctx, s, name, false)
 }
@@ -81,6 +82,10 @@ func acquire(ctx context.Context, s *session.Session, name string, try bool) (*H
 	case <-ctx.Done():
 		_ = e.Stop(context.Background())
 		return nil, fmt.Errorf("simba: lock %q: %w", name, context.Cause(ctx))
+	case <-s.Done():
+		// The session closed while waiting: nothing can be won on it any
+		// more, so waiting on would last until ctx ends, maybe forever.
+		return nil, fmt.Errorf("simba: lock %q: %w", name, session.ErrClosed)
 	}
 }
 

@@ -132,3 +132,38 @@ func TestAcquireGivesUpWithContext(t *testing.T) {
 		}
 	})
 }
+
+// An Acquire waiting without a deadline must not outlive its session: when
+// the session closes, nothing can ever be acquired on it.
+func TestAcquireReturnsWhenTheSessionCloses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.New()
+		s1 := open(t, b)
+		s2, err := session.Open(context.Background(), b.NewClient(), session.WithLogger(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := lock.Acquire(context.Background(), s1, "nightly")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		waiting := make(chan error, 1)
+		go func() {
+			_, err := lock.Acquire(context.Background(), s2, "nightly")
+			waiting <- err
+		}()
+		synctest.Wait()
+		if err := s2.Close(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-waiting:
+			if !errors.Is(err, session.ErrClosed) {
+				t.Fatalf("Acquire on a closed session = %v, want ErrClosed", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("Acquire still waits after its session closed")
+		}
+	})
+}
