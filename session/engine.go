@@ -43,8 +43,7 @@ func (s *Session) open() {
 			backoff := s.cfg.MinBackoff << min(s.openFails-1, 16)
 			backoff = min(backoff, s.cfg.RenewInterval)
 			s.emit(Event{Kind: SessionSuspended, Err: failure})
-			var t timer
-			s.after(&t, backoff, s.open)
+			s.after(&s.openRetry, backoff, s.open) // Close stops it: it must not wait for it
 		}
 	}, func() {
 		if err == nil {

@@ -54,6 +54,7 @@ type Session struct {
 	releasing  bool
 	releaseQ   []pendingRelease
 	candidate  timer
+	openRetry  timer // the next Open after a failed one
 	effects    []func()
 	draining   bool
 	unsub      func()
@@ -212,6 +213,7 @@ func (s *Session) Close() error {
 	s.state = Closed
 	inc := s.inc
 	s.stopTimer(&s.candidate)
+	s.stopTimer(&s.openRetry)
 	for _, c := range s.order {
 		c.want = false
 		c.attempt = 0

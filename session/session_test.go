@@ -673,3 +673,28 @@ func TestCloseFromATaskWhileAnotherCloseWaitsDoesNotDeadlock(t *testing.T) {
 		}
 	})
 }
+
+// Close while OPENING between failed attempts must not wait for the next
+// attempt's backoff timer: Close ends the session at once.
+func TestCloseWhileOpeningBetweenAttemptsDoesNotWaitForTheBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.New()
+		b.FailCalls(errors.New("backend down"))
+		ev := &events{}
+		s, err := session.New(b, session.WithListener(ev.listen), session.WithLogger(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		advance(10 * time.Second) // several failed opens: the backoff has grown to the renewal period
+		if s.State() != session.Opening || ev.count(session.SessionSuspended) < 5 {
+			t.Fatalf("state %v after %d failed opens, want OPENING after at least 5", s.State(), ev.count(session.SessionSuspended))
+		}
+		start := time.Now()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Fatalf("Close waited %v for the next open attempt's backoff, want 0", waited)
+		}
+	})
+}
