@@ -20,7 +20,8 @@ var (
 	// the election's own callbacks or tasks; the handover was started but
 	// not waited for, since it waits for that very callback or task.
 	ErrWouldBlockSelf = session.ErrWouldBlockSelf
-	// ErrStopped: the election has been stopped.
+	// ErrStopped: StepDown was called on an election that is stopped or
+	// being stopped.
 	ErrStopped = errors.New("simba: election stopped")
 )
 
@@ -270,9 +271,17 @@ func (e *Election) Close() error { return e.Stop(context.Background()) }
 // same handover order as Stop) and stops competing for cooldown, counted
 // from now; then the election is a CANDIDATE again. Use it to move
 // leadership off a node before a deploy. It waits for the handover like
-// Stop.
+// Stop. On an election that is stopped or stopping, it waits for the stop
+// to complete and returns ErrStopped.
 func (e *Election) StepDown(ctx context.Context, cooldown time.Duration) error {
-	return e.wait(ctx, e.stepDown(cooldown))
+	done, stopped := e.stepDown(cooldown)
+	if err := e.wait(ctx, done); err != nil {
+		return err
+	}
+	if stopped {
+		return fmt.Errorf("simba: step down %q: %w", e.name, ErrStopped)
+	}
+	return nil
 }
 
 func (e *Election) wait(ctx context.Context, done <-chan struct{}) error {
@@ -321,11 +330,14 @@ func (e *Election) stop() <-chan struct{} {
 	return ch
 }
 
-func (e *Election) stepDown(cooldown time.Duration) <-chan struct{} {
+func (e *Election) stepDown(cooldown time.Duration) (done <-chan struct{}, stopped bool) {
 	ch := make(chan struct{})
+	done = ch
 	e.s.Do(func() {
 		if e.stopping != nil {
-			close(ch)
+			// Complete with the stop, which may still be delivering
+			// OnRevoked.
+			done, stopped = e.stopping, true
 			return
 		}
 		finish := func() {
@@ -336,7 +348,7 @@ func (e *Election) stepDown(cooldown time.Duration) <-chan struct{} {
 			finish()
 		}
 	})
-	return ch
+	return done, stopped
 }
 
 // handOver revokes the current term for a voluntary reason and releases

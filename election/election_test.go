@@ -484,3 +484,89 @@ func TestInvalidName(t *testing.T) {
 		}
 	})
 }
+
+// StepDown called while a Stop's handover is still waiting for the task
+// completes with that handover: it does not return before the last
+// OnRevoked, and it reports that the election is stopped (no cooldown).
+func TestStepDownDuringStopWaitsForTheStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBackend(t)
+		var l log
+		stuck := make(chan struct{})
+		a := start(t, open(t, b), "jobs", election.WithListener(listener(&l, "a")), election.RunWhileLeader(func(ctx context.Context, _ *term.Term) error {
+			<-stuck // ignores cancellation for a while
+			return nil
+		}))
+		tm := a.Term()
+		stopped := make(chan error, 1)
+		go func() { stopped <- a.Stop(context.Background()) }()
+		synctest.Wait()
+		stepped := make(chan error, 1)
+		go func() { stepped <- a.StepDown(context.Background(), time.Minute) }()
+		synctest.Wait()
+		select {
+		case err := <-stepped:
+			t.Fatalf("StepDown returned (%v) while Stop's handover still waits for the task; log %q", err, l.all())
+		default:
+		}
+		close(stuck)
+		if err := <-stopped; err != nil {
+			t.Fatalf("Stop = %v", err)
+		}
+		if err := <-stepped; !errors.Is(err, election.ErrStopped) {
+			t.Fatalf("StepDown of a stopping election = %v, want ErrStopped", err)
+		}
+		if l.index(fmt.Sprintf("a revoked %d STOPPED", tm.Token())) < 0 || a.Status() != election.Stopped {
+			t.Fatalf("after Stop and StepDown: status %v, log %q", a.Status(), l.all())
+		}
+		// And once stopped, StepDown returns at once with the same error.
+		if err := a.StepDown(context.Background(), time.Minute); !errors.Is(err, election.ErrStopped) {
+			t.Fatalf("StepDown after Stop = %v, want ErrStopped", err)
+		}
+		if err := a.Close(); err != nil {
+			t.Fatalf("second Close = %v", err)
+		}
+	})
+}
+
+// Stop called during a StepDown's handover completes with it: one
+// OnRevoked (STEPPED_DOWN), then STOPPED, and no new term afterwards.
+func TestStopDuringStepDownHandover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBackend(t)
+		var l log
+		stuck := make(chan struct{})
+		a := start(t, open(t, b), "jobs", election.WithListener(listener(&l, "a")), election.RunWhileLeader(func(ctx context.Context, _ *term.Term) error {
+			<-stuck
+			return nil
+		}))
+		tm := a.Term()
+		stepped := make(chan error, 1)
+		go func() { stepped <- a.StepDown(context.Background(), time.Millisecond) }()
+		synctest.Wait()
+		stopped := make(chan error, 1)
+		go func() { stopped <- a.Stop(context.Background()) }()
+		advance(time.Second) // the cooldown ends during the handover
+		if _, _, ok := b.Owner("jobs"); !ok {
+			t.Fatal("lease released before the task returned")
+		}
+		close(stuck)
+		if err := <-stepped; err != nil {
+			t.Fatalf("StepDown = %v", err)
+		}
+		if err := <-stopped; err != nil {
+			t.Fatalf("Stop = %v", err)
+		}
+		advance(time.Minute)
+		want := []string{fmt.Sprintf("a elected %d", tm.Token()), fmt.Sprintf("a revoked %d STEPPED_DOWN", tm.Token())}
+		if got := l.all(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("callbacks %q, want %q", got, want)
+		}
+		if a.Status() != election.Stopped {
+			t.Fatalf("status %v, want STOPPED", a.Status())
+		}
+		if _, _, ok := b.Owner("jobs"); ok {
+			t.Fatal("the stopped election holds the lease")
+		}
+	})
+}
