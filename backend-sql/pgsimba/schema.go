@@ -166,6 +166,14 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_n integer := 0;
 BEGIN
+    -- Only this transaction's commit skips waiting for its WAL flush
+    -- (ADR 0034): a release lost in a crash leaves the lease held by a
+    -- live session, which its engine releases again, or which expires with
+    -- it; never two holders, since any acquire that saw the release
+    -- commits synchronously and so flushes the release's WAL first. SET
+    -- LOCAL outlives this function (it has no SET clause) and ends with
+    -- the transaction, which the caller's statement is.
+    SET LOCAL synchronous_commit = off;
     FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
         -- The row and its token are kept: the next term counts up from it.
         UPDATE {p}_leases l SET held = false
