@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -567,6 +568,131 @@ func TestStopDuringStepDownHandover(t *testing.T) {
 		}
 		if _, _, ok := b.Owner("jobs"); ok {
 			t.Fatal("the stopped election holds the lease")
+		}
+	})
+}
+
+// StepDown while already in COOLDOWN restarts the cooldown from the new
+// step-down; no callback, no attempt meanwhile.
+func TestStepDownWhileInCooldown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBackend(t)
+		var l log
+		a := start(t, open(t, b), "jobs", election.WithListener(listener(&l, "a")))
+		if err := a.StepDown(context.Background(), 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		advance(10 * time.Second)
+		if err := a.StepDown(context.Background(), 20*time.Second); err != nil {
+			t.Fatalf("StepDown in COOLDOWN = %v", err)
+		}
+		attempts := b.Stats().Acquire
+		advance(20*time.Second - time.Millisecond)
+		if a.Status() != election.Cooldown || b.Stats().Acquire != attempts {
+			t.Fatalf("status %v, %d attempts before the second cooldown ended", a.Status(), b.Stats().Acquire-attempts)
+		}
+		advance(2 * time.Millisecond)
+		if a.Status() != election.Leader {
+			t.Fatalf("after the second cooldown: %v, want LEADER", a.Status())
+		}
+		if n := len(l.all()); n != 3 { // elected, revoked STEPPED_DOWN, elected
+			t.Fatalf("callbacks %q, want 3", l.all())
+		}
+	})
+}
+
+// The session expiring while a voluntary handover waits for its task ends
+// the handover at once: the lease is gone, Stop completes, OnRevoked (with
+// the voluntary reason the term already ended with) is delivered once.
+func TestSessionExpiryDuringVoluntaryHandover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBackend(t)
+		var l log
+		stuck := make(chan struct{})
+		defer close(stuck)
+		s := open(t, b)
+		a := start(t, s, "jobs", election.WithListener(listener(&l, "a")), election.RunWhileLeader(func(ctx context.Context, _ *term.Term) error {
+			<-stuck // ignores cancellation
+			return nil
+		}))
+		tm := a.Term()
+		stopped := make(chan error, 1)
+		go func() { stopped <- a.Stop(context.Background()) }()
+		synctest.Wait()
+		b.Expire(s.ID())
+		select {
+		case err := <-stopped:
+			t.Fatalf("Stop returned (%v) before the handover ended", err)
+		default:
+		}
+		advance(5*time.Second + time.Millisecond) // the renewal learns of the expiry
+		select {
+		case err := <-stopped:
+			if err != nil {
+				t.Fatalf("Stop = %v", err)
+			}
+		default:
+			t.Fatal("Stop still waits for the task although the session expired")
+		}
+		want := []string{fmt.Sprintf("a elected %d", tm.Token()), fmt.Sprintf("a revoked %d STOPPED", tm.Token())}
+		if got := l.all(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("callbacks %q, want %q", got, want)
+		}
+		advance(time.Minute)
+		if a.Status() != election.Stopped || len(l.all()) != 2 {
+			t.Fatalf("status %v, callbacks %q: the stopped election competed again", a.Status(), l.all())
+		}
+	})
+}
+
+// An executor refusing OnElected while a Stop is under way: the term was
+// never announced, so neither callback is delivered, the lease is given
+// back and Stop completes.
+func TestRefusedOnElectedWhileStopIsUnderWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBackend(t)
+		s := open(t, b)
+		deciding := make(chan struct{})
+		decide := make(chan struct{})
+		var once sync.Once
+		refusing := election.ExecutorFunc(func(func()) error {
+			once.Do(func() {
+				close(deciding)
+				<-decide // the executor takes its time to refuse OnElected
+			})
+			return errors.New("shutting down")
+		})
+		var calls sync.Map
+		var refusals atomic.Int32
+		e, err := election.Start(s, "jobs", election.WithExecutor(refusing),
+			election.OnRefused(func(error) { refusals.Add(1) }),
+			election.WithListener(election.Funcs{
+				Elected: func(*term.Term) { calls.Store("elected", true) },
+				Revoked: func(*term.Term, term.RevokeReason) { calls.Store("revoked", true) },
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-deciding
+		stopped := make(chan error, 1)
+		go func() { stopped <- e.Stop(context.Background()) }()
+		synctest.Wait()
+		close(decide)
+		if err := <-stopped; err != nil {
+			t.Fatalf("Stop = %v", err)
+		}
+		synctest.Wait()
+		if _, ok := calls.Load("elected"); ok {
+			t.Fatal("OnElected ran although refused")
+		}
+		if _, ok := calls.Load("revoked"); ok {
+			t.Fatal("OnRevoked delivered for a term whose OnElected was refused")
+		}
+		if refusals.Load() != 1 || e.Status() != election.Stopped {
+			t.Fatalf("refusals %d status %v, want 1 STOPPED", refusals.Load(), e.Status())
+		}
+		if _, _, ok := b.Owner("jobs"); ok {
+			t.Fatal("lease still held after Stop")
 		}
 	})
 }

@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -165,5 +166,62 @@ func TestAcquireReturnsWhenTheSessionCloses(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatal("Acquire still waits after its session closed")
 		}
+	})
+}
+
+// cancelOnWin cancels a context as the backend grants a lease: the
+// acquirer's ctx ends exactly as it wins.
+type cancelOnWin struct {
+	*memory.Backend
+	cancel func()
+}
+
+func (c *cancelOnWin) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+	r, err := c.Backend.Acquire(ctx, req)
+	if err == nil && len(r.Results) > 0 && r.Results[0].Token != 0 && c.cancel != nil {
+		c.cancel()
+	}
+	return r, err
+}
+
+// Acquire whose ctx ends exactly as it wins either returns the lock, held,
+// or an error with the lease given back: never an error while the lease
+// stays taken, never a lock that is not held.
+func TestAcquireWhoseContextEndsAsItWins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.New()
+		w := &cancelOnWin{Backend: b}
+		s := open(t, w)
+		got, gaveUp := 0, 0
+		for i := range 40 {
+			name := fmt.Sprintf("n%d", i)
+			ctx, cancel := context.WithCancel(context.Background())
+			s.Do(func() { w.cancel = cancel })
+			h, err := lock.Acquire(ctx, s, name)
+			cancel()
+			synctest.Wait()
+			_, _, owned := b.Owner(name)
+			switch {
+			case err == nil:
+				got++
+				if !h.Valid() || !owned {
+					t.Fatalf("%s: returned a lock that is not held (valid %v, owned %v)", name, h.Valid(), owned)
+				}
+				if err := h.Close(); err != nil {
+					t.Fatal(err)
+				}
+			case errors.Is(err, context.Canceled):
+				gaveUp++
+				if owned {
+					t.Fatalf("%s: Acquire gave up (%v) but the lease stays taken", name, err)
+				}
+			default:
+				t.Fatalf("%s: Acquire = %v", name, err)
+			}
+			if n := len(s.Snapshot().Entries); n != 0 {
+				t.Fatalf("%s: %d entries left on the session", name, n)
+			}
+		}
+		t.Logf("won %d, gave up %d of 40", got, gaveUp)
 	})
 }

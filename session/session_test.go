@@ -698,3 +698,62 @@ func TestCloseWhileOpeningBetweenAttemptsDoesNotWaitForTheBackoff(t *testing.T) 
 		}
 	})
 }
+
+// Open whose ctx ends before the backend answers returns ctx's cause,
+// wrapped, and leaves nothing running (goleak checks the rest).
+func TestOpenWhoseContextEndsClosesTheSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.New()
+		b.Pause() // the backend does not answer
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		s, err := session.Open(ctx, b, session.WithLogger(nil))
+		if s != nil || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Open past ctx = %v, %v; want nil, DeadlineExceeded", s, err)
+		}
+		if waited := time.Since(start); waited != time.Second {
+			t.Fatalf("Open returned after %v, want when ctx ended (1s)", waited)
+		}
+		b.Resume()
+		synctest.Wait()
+		if st := b.Stats(); st.Open != 1 || st.Renew != 0 || st.Acquire != 0 {
+			t.Fatalf("backend calls after the abandoned Open: %+v, want the one Open only", st)
+		}
+	})
+}
+
+// Close while calls are in flight (a renewal and an acquisition stuck on a
+// backend that stopped answering) does not wait for them: its own close
+// call times out after one renewal period, like every backend call, the
+// calls in flight are cancelled, no term is made from them, and the claim
+// learns it is over.
+func TestCloseWithCallsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, deadline.Config{})
+		f.b.Pause()
+		advance(5*time.Second + time.Millisecond) // a renewal is now in flight
+		r := &recorder{}
+		c, err := f.s.Claim("jobs", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.s.Do(func() { c.Want(true) }) // and an acquisition
+		synctest.Wait()
+		if st := f.b.Stats(); st.Renew != 1 || st.Acquire != 1 {
+			t.Fatalf("calls in flight: %+v, want one renewal and one acquisition", st)
+		}
+		start := time.Now()
+		if err := f.s.Close(); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Close on a backend that does not answer = %v, want DeadlineExceeded", err)
+		}
+		if waited := time.Since(start); waited != f.cfg.RenewInterval {
+			t.Fatalf("Close waited %v, want one renewal period (%v)", waited, f.cfg.RenewInterval)
+		}
+		f.b.Resume()
+		synctest.Wait()
+		if len(r.terms()) != 0 || !r.closed || f.s.State() != session.Closed {
+			t.Fatalf("after Close: %d terms, closed %v, state %v", len(r.terms()), r.closed, f.s.State())
+		}
+	})
+}
