@@ -109,8 +109,19 @@ BEGIN
         SET v_name = SUBSTRING(p_names, v_pos, v_end - v_pos);
         SET v_pos = v_end + 1;
         SET v_owner = NULL, v_token = NULL, v_held = 0, v_new = 0;
-        SELECT session_id, token, held INTO v_owner, v_token, v_held FROM {p}_leases WHERE name = v_name FOR UPDATE;
-        IF v_token IS NULL THEN
+        -- Fast path: a released lease (its row kept, not held) is taken in
+        -- one statement; LAST_INSERT_ID(expr) hands the new token back
+        -- without reading the row again. (It only sets this connection's
+        -- LAST_INSERT_ID(), which Simba's calls never read otherwise.)
+        UPDATE {p}_leases SET session_id = p_id, held = 1,
+               token = LAST_INSERT_ID(GREATEST(token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))))
+         WHERE name = v_name AND held = 0;
+        IF ROW_COUNT() = 1 THEN
+            SET v_token = LAST_INSERT_ID(), v_new = 1, v_won = 1;
+        ELSE
+            SELECT session_id, token, held INTO v_owner, v_token, v_held FROM {p}_leases WHERE name = v_name FOR UPDATE;
+        END IF;
+        IF v_new = 0 AND v_token IS NULL THEN
             -- A new name starts at the clock in microseconds, so tokens
             -- keep rising even if the table was emptied (ADR 0031).
             -- ON DUPLICATE KEY: another call may insert it first.
@@ -175,6 +186,15 @@ BEGIN
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
+    IF p_names <> '' AND LOCATE(',', p_names) = 0 THEN
+        -- One lease, the usual case: no list to walk (cheaper by about
+        -- 15 µs on MariaDB, docs/bench/backend-sql.md).
+        SET v_name = p_names, v_token = CAST(p_tokens AS SIGNED);
+        UPDATE {p}_leases SET held = 0
+         WHERE name = v_name AND token = v_token AND session_id = p_id AND held = 1;
+        SET v_n = ROW_COUNT();
+        SET v_pos = CHAR_LENGTH(p_names) + 1; -- the loop below has nothing left
+    END IF;
     WHILE v_pos <= CHAR_LENGTH(p_names) DO
         SET v_end = LOCATE(',', p_names, v_pos);
         IF v_end = 0 THEN
