@@ -269,7 +269,15 @@ func (s *Session) expire(inc *incarnation, reason term.RevokeReason) {
 
 // closeLater closes a backend session that is no longer ours, best effort.
 func (s *Session) closeLater(id ID) {
-	s.call(func(ctx context.Context) { _ = s.b.Close(ctx, id) }, func(bool) {}, nil)
+	if s.state != Closed {
+		s.call(func(ctx context.Context) { _ = s.b.Close(ctx, id) }, func(bool) {}, nil)
+		return
+	}
+	// Close cancels the root context (and stops the engine's timeouts), yet
+	// a session granted during Close must still end now, not a lease
+	// duration later: close it under its own bounded context.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.root), s.renewEvery)
+	s.callIn(ctx, func(ctx context.Context) { _ = s.b.Close(ctx, id) }, func(bool) { cancel() }, nil)
 }
 
 // revoke ends a held term for reason and publishes it. Lock held.

@@ -414,7 +414,13 @@ func (s *Session) stopTimer(t *timer) {
 // comes after the timeout, late (if not nil) runs with the lock held: a
 // late win must still be given back. Lock held.
 func (s *Session) call(op func(ctx context.Context), reply func(timedOut bool), late func()) {
-	ctx, cancel := context.WithCancel(s.root)
+	s.callIn(s.root, op, reply, late)
+}
+
+// callIn is call with ctx derived from parent instead of the session's
+// root context. Lock held.
+func (s *Session) callIn(parent context.Context, op func(ctx context.Context), reply func(timedOut bool), late func()) {
+	ctx, cancel := context.WithCancel(parent)
 	var t timer
 	finished := false
 	s.after(&t, s.renewEvery, func() {

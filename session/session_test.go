@@ -757,3 +757,50 @@ func TestCloseWithCallsInFlight(t *testing.T) {
 		}
 	})
 }
+
+// lateOpen holds Open replies until released; the session it opens is
+// granted on the backend whatever happens to ctx meanwhile, as when a
+// reply is already on the wire when the caller gives up.
+type lateOpen struct {
+	*memory.Backend
+	release chan struct{}
+	mu      sync.Mutex
+	ids     []session.ID
+}
+
+func (l *lateOpen) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+	r, err := l.Backend.Open(context.Background(), req)
+	<-l.release
+	l.mu.Lock()
+	l.ids = append(l.ids, r.ID)
+	l.mu.Unlock()
+	return r, err
+}
+
+// A backend session granted by an Open reply that comes back while the
+// Session is closing is closed on the backend too: Close promises the
+// backend session ends at once, not a lease duration later.
+func TestCloseWhileOpeningClosesALateGrant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.New()
+		l := &lateOpen{Backend: b, release: make(chan struct{})}
+		s, err := session.New(l, session.WithLogger(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the Open is in flight
+		closed := make(chan error, 1)
+		go func() { closed <- s.Close() }()
+		synctest.Wait()
+		close(l.release) // its reply comes back now, a success
+		if err := <-closed; err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+		if len(l.ids) != 1 {
+			t.Fatalf("%d sessions opened, want 1", len(l.ids))
+		}
+		if left, alive := b.Remaining(l.ids[0]); alive {
+			t.Fatalf("the session granted during Close is still alive on the backend (%v left)", left)
+		}
+	})
+}
