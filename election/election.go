@@ -271,8 +271,9 @@ func (e *Election) Close() error { return e.Stop(context.Background()) }
 // same handover order as Stop) and stops competing for cooldown, counted
 // from now; then the election is a CANDIDATE again. Use it to move
 // leadership off a node before a deploy. It waits for the handover like
-// Stop. On an election that is stopped or stopping, it waits for the stop
-// to complete and returns ErrStopped.
+// Stop. On an election that is stopped or stopping (also a single-term
+// election whose term ended, or one whose session closed), it waits for
+// the stop to complete and returns ErrStopped.
 func (e *Election) StepDown(ctx context.Context, cooldown time.Duration) error {
 	done, stopped := e.stepDown(cooldown)
 	if err := e.wait(ctx, done); err != nil {
@@ -338,6 +339,14 @@ func (e *Election) stepDown(cooldown time.Duration) (done <-chan struct{}, stopp
 			// Complete with the stop, which may still be delivering
 			// OnRevoked.
 			done, stopped = e.stopping, true
+			return
+		}
+		if e.status == Stopped {
+			// Over without Stop (a single term that ended, a closed
+			// session): a cooldown would end in a CANDIDATE that never
+			// competes.
+			close(ch)
+			stopped = true
 			return
 		}
 		finish := func() {

@@ -696,3 +696,39 @@ func TestRefusedOnElectedWhileStopIsUnderWay(t *testing.T) {
 		}
 	})
 }
+
+// An election that is over without Stop (a single-term election whose
+// term ended, an election whose session closed) stays STOPPED: StepDown
+// cannot send it through COOLDOWN back to a CANDIDATE that never competes.
+func TestStepDownOfAnElectionThatIsOverStaysStopped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBackend(t)
+		s := open(t, b)
+		one := start(t, s, "once", election.SingleTerm("lock"))
+		b.Expire(s.ID())
+		advance(5*time.Second + time.Millisecond) // the renewal learns of the expiry
+		if one.Status() != election.Stopped {
+			t.Fatalf("single-term election after its term ended: %v, want STOPPED", one.Status())
+		}
+		if err := one.StepDown(context.Background(), time.Second); !errors.Is(err, election.ErrStopped) {
+			t.Fatalf("StepDown of an ended single-term election = %v, want ErrStopped", err)
+		}
+		advance(2 * time.Second)
+		if one.Status() != election.Stopped {
+			t.Fatalf("after StepDown and its cooldown: %v, want STOPPED", one.Status())
+		}
+
+		s2 := open(t, b.NewClient())
+		e := start(t, s2, "jobs")
+		if err := s2.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.StepDown(context.Background(), time.Second); !errors.Is(err, election.ErrStopped) {
+			t.Fatalf("StepDown after the session closed = %v, want ErrStopped", err)
+		}
+		advance(2 * time.Second)
+		if e.Status() != election.Stopped {
+			t.Fatalf("after the session closed and StepDown: %v, want STOPPED", e.Status())
+		}
+	})
+}
