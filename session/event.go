@@ -19,7 +19,8 @@ const (
 	// for every renewal; listeners that only care about changes watch State.
 	SessionRenewed
 	// SessionSuspended: a renewal failed (Err); retries follow until the
-	// deadline.
+	// deadline. Also published, with State OPENING, when an attempt to open
+	// a backend session failed; the next attempt follows after a backoff.
 	SessionSuspended
 	// SessionDeadlinePassed: the local deadline passed without a successful
 	// renewal; the session's terms ended with DEADLINE_PASSED.

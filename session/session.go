@@ -257,7 +257,10 @@ func (s *Session) Close() error {
 	return err
 }
 
-// Done returns a channel closed when Close has finished.
+// Done returns a channel closed when Close has finished: after the
+// session's goroutines have returned, or, for a Close made from the
+// session's own callback or task (which cannot wait for itself), when it
+// returns.
 func (s *Session) Done() <-chan struct{} { return s.closed }
 
 // emit publishes e to the listeners after the lock is released. Lock held.
