@@ -31,8 +31,11 @@ func Acquire(ctx context.Context, s *session.Session, name string) (*Held, error
 	return acquire(ctx, s, name, false)
 }
 
-// TryAcquire makes one attempt to acquire the lock and returns at once
-// with ErrNotAcquired if another session holds it. ctx bounds the attempt.
+// TryAcquire makes one attempt to acquire the lock and returns with
+// ErrNotAcquired if another session holds it. The attempt is made as soon
+// as the session is LIVE (at once, normally; while it is SUSPENDED or
+// OPENING, when it is LIVE again): ctx bounds that wait, and it fails with
+// an error wrapping session.ErrClosed if the session closes first.
 func TryAcquire(ctx context.Context, s *session.Session, name string) (*Held, error) {
 	return acquire(ctx, s, name, true)
 }

@@ -225,3 +225,43 @@ func TestAcquireWhoseContextEndsAsItWins(t *testing.T) {
 		t.Logf("won %d, gave up %d of 40", got, gaveUp)
 	})
 }
+
+// TryAcquire on a SUSPENDED session makes its attempt only once the session
+// is LIVE again; ctx bounds that wait and leaves nothing behind.
+func TestTryAcquireWaitsForALiveSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.New()
+		s := open(t, b)
+		b.FailCalls(errors.New("backend down"))
+		<-time.After(5*time.Second + time.Millisecond) // the renewal fails
+		synctest.Wait()
+		if s.State() != session.Suspended {
+			t.Fatalf("state %v, want SUSPENDED", s.State())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := lock.TryAcquire(ctx, s, "nightly"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("TryAcquire on a SUSPENDED session = %v, want DeadlineExceeded", err)
+		}
+		if n := len(s.Snapshot().Entries); n != 0 {
+			t.Fatalf("%d entries left behind", n)
+		}
+		b.FailCalls(nil)
+		done := make(chan error, 1)
+		go func() {
+			h, err := lock.TryAcquire(context.Background(), s, "nightly")
+			if err == nil {
+				err = h.Close()
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("TryAcquire once LIVE again = %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("TryAcquire did not attempt once the session was LIVE again")
+		}
+	})
+}
