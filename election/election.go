@@ -78,6 +78,7 @@ type Election struct {
 	stopping  chan struct{} // closed when Stop has completed
 	onRefuse  func(error)
 	onAttempt func(error)
+	closed    bool // the session told the election it closed
 }
 
 // termState tracks one term's callbacks: if the executor refused its
@@ -125,10 +126,17 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 		return nil, fmt.Errorf("simba: start election: %w", err)
 	}
 	e.c = c
+	closed := false
 	s.Do(func() {
+		if closed = e.closed; closed {
+			return // the session closed between Claim and now
+		}
 		e.status = Candidate
 		c.Want(true)
 	})
+	if closed {
+		return nil, fmt.Errorf("simba: start election %q: %w", name, session.ErrClosed)
+	}
 	return e, nil
 }
 
@@ -236,6 +244,7 @@ func (e *Election) Lost(t *term.Term, reason term.RevokeReason) {
 
 // Closed is called by the session when it closes: the election is over.
 func (e *Election) Closed() {
+	e.closed = true
 	e.stopCooldown()
 	e.status = Stopped
 	e.term = nil
