@@ -127,6 +127,18 @@ func openOn(t *testing.T, b *memory.Backend, cfg deadline.Config) *fixture {
 	return f
 }
 
+// openDecorated opens a session on a decorated backend (one that changes
+// the memory backend's answers), closed when the test ends.
+func openDecorated(t *testing.T, b session.Backend) *session.Session {
+	t.Helper()
+	s, err := session.Open(context.Background(), b, session.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 func (f *fixture) claim(name string) (*session.Claim, *recorder) {
 	f.t.Helper()
 	r := &recorder{}
@@ -378,11 +390,7 @@ func TestRenewalThatNoLongerListsALeaseEndsItsTerm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b, _ := memory.New()
 		d := &dropLease{Backend: b}
-		s, err := session.Open(context.Background(), d, session.WithLogger(nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := openDecorated(t, d)
 		ra, rb := &recorder{}, &recorder{}
 		ca, _ := s.Claim("a", ra)
 		cb, _ := s.Claim("b", rb)
@@ -526,11 +534,7 @@ func TestLateReplyToAnAbandonedAttemptIsReleased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b, _ := memory.New()
 		slow := &slowAcquire{Backend: b, delay: 6 * time.Second}
-		s, err := session.Open(context.Background(), slow, session.WithLogger(nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := openDecorated(t, slow)
 		r := &recorder{}
 		c, _ := s.Claim("jobs", r)
 		s.Do(func() { c.Want(true) })
@@ -622,11 +626,7 @@ func TestTokenNotAboveAReleasedOneIsRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b, _ := memory.New()
 		sb := &staleToken{Backend: b}
-		s, err := session.Open(context.Background(), sb, session.WithLogger(nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := openDecorated(t, sb)
 		r := &recorder{}
 		c, _ := s.Claim("jobs", r)
 		s.Do(func() { c.Want(true) })
