@@ -33,6 +33,52 @@ type OpenRequest struct {
 	// LeaseDuration is the time the backend should keep the session alive
 	// after each renewal. The backend may grant less.
 	LeaseDuration time.Duration
+	// Owner says who opened the session. The engine always fills it in,
+	// validated by deadline.ValidateOwner; a backend stores it with the
+	// session and reports it through [Inspector].
+	Owner Owner
+}
+
+// Owner identifies the process behind a session for people and tools that
+// ask who holds a lease: an identity (by default hostname/pid) and a little
+// metadata, such as the address of the owner's status page. Its size is
+// bounded (deadline.ValidateOwner) so every backend can store it.
+type Owner struct {
+	Identity string            `json:"identity"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// Holder is a lease as an inspection sees it.
+type Holder struct {
+	Name    string `json:"name"`
+	Token   uint64 `json:"token"`
+	Session ID     `json:"session"`
+	Owner   Owner  `json:"owner"`
+	// Remaining is the time the holder's session has left, measured by the
+	// backend's clock when it answered. It is informative only: nothing may
+	// act on another session's lease because of it.
+	Remaining time.Duration `json:"remaining"`
+}
+
+// InspectRequest selects the leases an inspection reports: the listed
+// Names, or every name starting with Prefix when Names is empty (every
+// lease of the namespace when Prefix is empty too). Names and a non-empty
+// Prefix are validated with deadline.ValidateName.
+type InspectRequest struct {
+	Names  []string
+	Prefix string
+}
+
+// Inspector is implemented by backends that can report who holds leases
+// without campaigning for them: observation (who leads?), operators' tools
+// and partition-group membership build on it. Like database/sql/driver's
+// optional interfaces, the engine finds it by a type assertion on the
+// Backend.
+type Inspector interface {
+	// Inspect lists the live holders of the selected leases, sorted by
+	// name. A name nobody holds (or whose holder's session has expired on
+	// the backend) is left out.
+	Inspect(ctx context.Context, req InspectRequest) ([]Holder, error)
 }
 
 // OpenReply is a new session.

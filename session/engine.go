@@ -23,7 +23,7 @@ func (s *Session) open() {
 	var reply OpenReply
 	var err error
 	s.call(func(ctx context.Context) {
-		reply, err = s.b.Open(ctx, OpenRequest{LeaseDuration: s.cfg.LeaseDuration})
+		reply, err = s.b.Open(ctx, OpenRequest{LeaseDuration: s.cfg.LeaseDuration, Owner: s.owner})
 	}, func(timedOut bool) {
 		if s.state == Closed {
 			if err == nil && !timedOut {

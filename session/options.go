@@ -1,7 +1,9 @@
 package session
 
 import (
+	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/simba-go/simba/deadline"
 )
@@ -15,6 +17,34 @@ type options struct {
 	listeners []Listener
 	logger    *slog.Logger
 	noLog     bool
+	owner     Owner
+}
+
+// WithIdentity names the process behind the session for people and tools
+// that ask who holds a lease (the default is hostname/pid), with optional
+// small metadata such as an address. New fails if they break the bounds of
+// deadline.ValidateOwner.
+func WithIdentity(identity string, metadata map[string]string) Option {
+	return func(o *options) {
+		md := make(map[string]string, len(metadata))
+		for k, v := range metadata {
+			md[k] = v
+		}
+		o.owner = Owner{Identity: identity, Metadata: md}
+	}
+}
+
+// defaultIdentity is hostname/pid, cut to the identity bound.
+func defaultIdentity() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "unknown"
+	}
+	id := fmt.Sprintf("%s/%d", h, os.Getpid())
+	if len(id) > deadline.MaxIdentityLen {
+		id = id[len(id)-deadline.MaxIdentityLen:]
+	}
+	return id
 }
 
 // WithConfig sets the session timing. Zero fields take the documented

@@ -32,6 +32,7 @@ var (
 // A Session is safe for concurrent use. Close it to release every lease.
 type Session struct {
 	cfg       deadline.Config
+	owner     Owner
 	b         Backend
 	env       Env
 	listeners []Listener
@@ -100,6 +101,12 @@ func New(b Backend, opts ...Option) (*Session, error) {
 	if err := o.cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if o.owner.Identity == "" && len(o.owner.Metadata) == 0 {
+		o.owner.Identity = defaultIdentity()
+	}
+	if err := deadline.ValidateOwner(o.owner.Identity, o.owner.Metadata); err != nil {
+		return nil, err
+	}
 	if o.env == nil {
 		o.env = SystemEnv()
 	}
@@ -113,6 +120,7 @@ func New(b Backend, opts ...Option) (*Session, error) {
 	root, cancel := context.WithCancel(context.Background())
 	s := &Session{
 		cfg:       o.cfg.WithDefaults(),
+		owner:     o.owner,
 		b:         b,
 		env:       o.env,
 		listeners: o.listeners,
@@ -160,6 +168,10 @@ func (s *Session) Ready() <-chan struct{} { return s.ready }
 
 // Config is the session timing in force, with defaults applied.
 func (s *Session) Config() deadline.Config { return s.cfg }
+
+// Owner is the identity and metadata the session's backend sessions are
+// opened with (see [WithIdentity]).
+func (s *Session) Owner() Owner { return s.owner }
 
 // Env is the environment the engine runs on.
 func (s *Session) Env() Env { return s.env }

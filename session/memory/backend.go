@@ -46,7 +46,7 @@ var (
 // Stats counts the calls a client received, whether or not a fault made
 // them fail, so a test can assert, say, one Renew per renewal period.
 type Stats struct {
-	Open, Renew, Acquire, Release, Close int
+	Open, Renew, Acquire, Release, Close, Inspect int
 }
 
 // New returns a client of a new, empty namespace. It fails, wrapping
@@ -77,7 +77,7 @@ func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.Op
 	if req.LeaseDuration <= 0 {
 		return session.OpenReply{}, errorf(ErrInvalidLease, "open: lease %v must be positive", req.LeaseDuration)
 	}
-	reply, freed, err := b.s.open(req.LeaseDuration)
+	reply, freed, err := b.s.open(req.LeaseDuration, req.Owner)
 	b.s.notify(freed)
 	if err != nil {
 		return session.OpenReply{}, err
@@ -87,6 +87,33 @@ func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.Op
 	}
 	return reply, nil
 }
+
+// Inspect lists who holds the selected leases (see [session.Inspector]).
+// Invalid names or prefix fail with an error wrapping
+// [deadline.ErrInvalidName].
+func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]session.Holder, error) {
+	for _, n := range req.Names {
+		if err := deadline.ValidateName(n); err != nil {
+			return nil, fmt.Errorf("memory: inspect: %w", err)
+		}
+	}
+	if req.Prefix != "" && len(req.Names) == 0 {
+		if err := deadline.ValidateName(req.Prefix); err != nil {
+			return nil, fmt.Errorf("memory: inspect prefix: %w", err)
+		}
+	}
+	if err := b.enter(ctx, func(s *Stats) { s.Inspect++ }); err != nil {
+		return nil, fmt.Errorf("memory: inspect: %w", err)
+	}
+	out, freed := b.s.inspect(req)
+	b.s.notify(freed)
+	if err := b.exit(ctx); err != nil {
+		return nil, fmt.Errorf("memory: inspect: %w", err)
+	}
+	return out, nil
+}
+
+var _ session.Inspector = (*Backend)(nil)
 
 // Renew extends the session by its granted lease and reports its leases;
 // the list only when req.KnownVersion is not the current version.

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +30,7 @@ type store struct {
 }
 
 type sess struct {
+	owner     session.Owner
 	ttl       time.Duration
 	expiresAt time.Time
 	version   uint64
@@ -101,7 +103,7 @@ func (s *store) remaining(se *sess, now time.Time) time.Duration {
 	return time.Duration(int64(left) / s.cfg.grantDn * s.cfg.grantNum)
 }
 
-func (s *store) open(lease time.Duration) (session.OpenReply, []string, error) {
+func (s *store) open(lease time.Duration, owner session.Owner) (session.OpenReply, []string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.cfg.clock.Now()
@@ -114,7 +116,7 @@ func (s *store) open(lease time.Duration) (session.OpenReply, []string, error) {
 	if s.cfg.maxLease > 0 && lease > s.cfg.maxLease {
 		lease = s.cfg.maxLease
 	}
-	se := &sess{ttl: lease, expiresAt: now.Add(lease), version: 1, owned: map[string]uint64{}}
+	se := &sess{owner: owner, ttl: lease, expiresAt: now.Add(lease), version: 1, owned: map[string]uint64{}}
 	s.sessions[id] = se
 	s.order = append(s.order, id)
 	return session.OpenReply{ID: id, Remaining: s.remaining(se, now)}, freed, nil
@@ -214,4 +216,32 @@ func (s *store) close(id session.ID) []string {
 		freed = append(freed, s.drop(id, se)...)
 	}
 	return freed
+}
+
+// inspect lists the live holders of the selected names, sorted by name.
+func (s *store) inspect(req session.InspectRequest) ([]session.Holder, []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.cfg.clock.Now()
+	freed := s.sweep(now)
+	var out []session.Holder
+	add := func(name string, l lease) {
+		se := s.sessions[l.owner]
+		out = append(out, session.Holder{Name: name, Token: l.token, Session: l.owner, Owner: se.owner, Remaining: s.remaining(se, now)})
+	}
+	if len(req.Names) > 0 {
+		for _, name := range req.Names {
+			if l, ok := s.leases[name]; ok {
+				add(name, l)
+			}
+		}
+	} else {
+		for name, l := range s.leases {
+			if strings.HasPrefix(name, req.Prefix) {
+				add(name, l)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, freed
 }
