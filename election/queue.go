@@ -5,7 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/internal/layer"
 )
 
 // Executor runs callbacks. Execute may refuse a callback by returning an
@@ -43,7 +43,7 @@ var ErrRefused = errors.New("simba: executor refused the callback")
 // executor, with no engine lock held. An item whose run is refused by the
 // executor is skipped and its refused function called instead.
 type serial struct {
-	s    *session.Session
+	eng  layer.Engine
 	exec Executor
 
 	mu      sync.Mutex
@@ -89,17 +89,17 @@ func (q *serial) next() {
 		q.items = q.items[1:]
 		q.mu.Unlock()
 		if it.refused == nil {
-			q.s.Inside(it.run)
+			q.eng.Inside(it.run)
 			continue
 		}
 		// Exactly one side goes on with the queue: this loop if the item
 		// finished before Execute returned (a direct executor), else the
 		// goroutine that ran it.
 		var handoff atomic.Int32
-		release := q.s.Hold()
+		release := q.eng.Hold()
 		err := q.exec.Execute(func() {
 			defer release()
-			q.s.Inside(it.run)
+			q.eng.Inside(it.run)
 			if handoff.CompareAndSwap(0, 2) {
 				return
 			}

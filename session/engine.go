@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/simba-go/simba/internal/layer"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/term"
 )
 
@@ -20,10 +22,10 @@ func (s *Session) open() {
 	}
 	s.state = Opening
 	sentAt := s.env.Now()
-	var reply OpenReply
+	var reply driver.OpenReply
 	var err error
 	s.call(func(ctx context.Context) {
-		reply, err = s.b.Open(ctx, OpenRequest{LeaseDuration: s.cfg.LeaseDuration, Owner: s.owner})
+		reply, err = s.b.Open(ctx, driver.OpenRequest{LeaseDuration: s.cfg.LeaseDuration, Owner: s.owner})
 	}, func(timedOut bool) {
 		if s.state == Closed {
 			if err == nil && !timedOut {
@@ -53,7 +55,7 @@ func (s *Session) open() {
 }
 
 // opened starts a new incarnation from a successful Open.
-func (s *Session) opened(sentAt time.Time, r OpenReply) error {
+func (s *Session) opened(sentAt time.Time, r driver.OpenReply) error {
 	life := newLifeline(s.env, s.cfg.Deadline(sentAt, r.Remaining))
 	if life.Remaining() <= 0 {
 		s.closeLater(r.ID)
@@ -111,8 +113,8 @@ func (s *Session) renew(inc *incarnation) {
 	s.seq++
 	sentSeq := s.seq
 	sentAt := s.env.Now()
-	req := RenewRequest{ID: inc.id, KnownVersion: inc.version}
-	var reply RenewReply
+	req := driver.RenewRequest{ID: inc.id, KnownVersion: inc.version}
+	var reply driver.RenewReply
 	var err error
 	s.call(func(ctx context.Context) {
 		reply, err = s.b.Renew(ctx, req)
@@ -134,7 +136,7 @@ func (s *Session) renew(inc *incarnation) {
 	}, nil)
 }
 
-func (s *Session) renewed(inc *incarnation, sentAt time.Time, sentSeq uint64, r RenewReply) {
+func (s *Session) renewed(inc *incarnation, sentAt time.Time, sentSeq uint64, r driver.RenewReply) {
 	if !inc.life.extend(s.cfg.Deadline(sentAt, r.Remaining)) {
 		// The deadline passed before this reply came: the session is over
 		// and stays over. checkDeadline does the rest.
@@ -194,7 +196,7 @@ func (s *Session) checkOwned(inc *incarnation, sentSeq uint64) {
 		if token <= inc.released[name] && s.releasePending(inc, name, token) {
 			continue
 		}
-		s.release(inc, Lease{Name: name, Token: token}, nil)
+		s.release(inc, driver.Lease{Name: name, Token: token}, nil)
 	}
 }
 
@@ -281,7 +283,7 @@ func (s *Session) closeLater(id ID) {
 }
 
 // revoke ends a held term for reason and publishes it. Lock held.
-func (s *Session) revoke(c *Claim, h *held, reason term.RevokeReason) {
+func (s *Session) revoke(c *claim, h *held, reason term.RevokeReason) {
 	if h.revoked {
 		return
 	}
@@ -342,9 +344,9 @@ func (s *Session) pumpAcquire() {
 		return
 	}
 	s.acquiring = true
-	var reply AcquireReply
+	var reply driver.AcquireReply
 	var err error
-	req := AcquireRequest{ID: inc.id, Names: names}
+	req := driver.AcquireRequest{ID: inc.id, Names: names}
 	s.call(func(ctx context.Context) {
 		reply, err = s.b.Acquire(ctx, req)
 	}, func(timedOut bool) {
@@ -356,7 +358,7 @@ func (s *Session) pumpAcquire() {
 		for _, c := range s.order {
 			if c.attempt == attempt && failure != nil {
 				c.attempt = 0
-				if r, ok := c.h.(Refusals); ok {
+				if r, ok := c.h.(layer.Refusals); ok {
 					r.Refused(failure)
 				}
 			}
@@ -384,7 +386,7 @@ func (s *Session) pumpAcquire() {
 // before the local deadline, and its token is higher than every token this
 // session released for the name. A win that cannot become a term is
 // released.
-func (s *Session) acquired(inc *incarnation, attempt uint64, r AcquireReply) {
+func (s *Session) acquired(inc *incarnation, attempt uint64, r driver.AcquireReply) {
 	s.seq++
 	confirmed := s.seq
 	for _, res := range r.Results {
@@ -395,7 +397,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, r AcquireReply) {
 		}
 		if res.Token == 0 {
 			if current {
-				if r, ok := c.h.(Refusals); ok {
+				if r, ok := c.h.(layer.Refusals); ok {
 					r.Refused(res.Err)
 				}
 			}
@@ -407,11 +409,11 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, r AcquireReply) {
 		stale := !current || inc.over || inc != s.inc || res.Token <= inc.released[res.Name] || !c.want
 		if stale || inc.life.Remaining() <= 0 {
 			if !inc.over && res.Token > inc.released[res.Name] {
-				s.release(inc, Lease{Name: res.Name, Token: res.Token}, nil)
+				s.release(inc, driver.Lease{Name: res.Name, Token: res.Token}, nil)
 			}
 			continue
 		}
-		t, revokeFn := term.New(context.WithValue(s.root, markerKey{}, s), res.Name, res.Token, inc.life)
+		t, revokeFn := term.New(layer.WithEngine(s.root, hooks{s}), res.Name, res.Token, inc.life)
 		c.held = &held{t: t, revokeFn: revokeFn, token: res.Token, inc: inc, confirmed: confirmed}
 		s.emit(Event{Kind: TermElected, Session: inc.id, Name: res.Name, Token: res.Token})
 		c.h.Won(t)
@@ -421,7 +423,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, r AcquireReply) {
 // release gives a lease back to the backend, carrying its token; done, if
 // not nil, runs with the lock held once the backend answered or the call
 // failed. Lock held.
-func (s *Session) release(inc *incarnation, l Lease, done func()) {
+func (s *Session) release(inc *incarnation, l driver.Lease, done func()) {
 	if l.Token > inc.released[l.Name] {
 		inc.released[l.Name] = l.Token
 	}
@@ -438,7 +440,7 @@ func (s *Session) pumpRelease() {
 	// One call per backend session; the rest follow when it returns.
 	inc := batch[0].inc
 	var rest []pendingRelease
-	req := ReleaseRequest{ID: inc.id}
+	req := driver.ReleaseRequest{ID: inc.id}
 	var dones []func()
 	for _, p := range batch {
 		if p.inc != inc {
@@ -464,7 +466,7 @@ func (s *Session) pumpRelease() {
 }
 
 // notice answers a release notice from the backend with an attempt.
-func (s *Session) notice(n Notice) {
+func (s *Session) notice(n driver.Notice) {
 	s.mu.Lock()
 	if s.state == Closed {
 		s.mu.Unlock()

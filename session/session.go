@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/internal/layer"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/term"
 )
 
@@ -31,6 +33,8 @@ var (
 //
 // A Session is safe for concurrent use. Close it to release every lease.
 type Session struct {
+	link // how Simba's own layers find the engine hooks (package internal/layer)
+
 	cfg       deadline.Config
 	owner     Owner
 	b         Backend
@@ -48,8 +52,8 @@ type Session struct {
 	inc        *incarnation
 	renewEvery time.Duration
 	seq        uint64
-	claims     map[string]*Claim
-	order      []*Claim // claims in registration order, for deterministic batches
+	claims     map[string]*claim
+	order      []*claim // claims in registration order, for deterministic batches
 	openFails  int
 	acquiring  bool
 	releasing  bool
@@ -77,7 +81,7 @@ type incarnation struct {
 
 type pendingRelease struct {
 	inc   *incarnation
-	lease Lease
+	lease driver.Lease
 	done  func()
 }
 
@@ -129,10 +133,11 @@ func New(b Backend, opts ...Option) (*Session, error) {
 		ready:     make(chan struct{}),
 		closed:    make(chan struct{}),
 		state:     Opening,
-		claims:    make(map[string]*Claim),
+		claims:    make(map[string]*claim),
 	}
+	layer.Bind(&s.link, hooks{s})
 	s.renewEvery = s.cfg.RenewInterval
-	if bc, ok := b.(Broadcaster); ok {
+	if bc, ok := b.(driver.Broadcaster); ok {
 		unsub, err := bc.Subscribe(s.notice)
 		if err != nil {
 			cancel()
@@ -172,9 +177,6 @@ func (s *Session) Config() deadline.Config { return s.cfg }
 // Owner is the identity and metadata the session's backend sessions are
 // opened with (see [WithIdentity]).
 func (s *Session) Owner() Owner { return s.owner }
-
-// Env is the environment the engine runs on.
-func (s *Session) Env() Env { return s.env }
 
 // ID is the current backend session's id, or "" while Opening or Closed.
 func (s *Session) ID() ID {
@@ -288,24 +290,24 @@ func (s *Session) emit(e Event) {
 	if e.RenewEvery == 0 {
 		e.RenewEvery = s.renewEvery
 	}
-	s.Defer(func() {
+	s.deferFn(func() {
 		for _, l := range s.listeners {
 			l(e)
 		}
 	})
 }
 
-// Defer runs f after the engine's lock is released, after everything
+// deferFn runs f after the engine's lock is released, after everything
 // deferred before it, on the goroutine releasing the lock. It must be called
-// with the lock held (inside [Session.Do] or a [ClaimHandler] method).
-// Modules built on the session use it to deliver callbacks in order without
-// holding the lock.
-func (s *Session) Defer(f func()) { s.effects = append(s.effects, f) }
+// with the lock held (inside do or a ClaimHandler method). Modules built on
+// the session use it (layer.Engine.Defer) to deliver callbacks in order
+// without holding the lock.
+func (s *Session) deferFn(f func()) { s.effects = append(s.effects, f) }
 
-// Do runs f with the engine's lock held, then runs what f deferred. It is
+// do runs f with the engine's lock held, then runs what f deferred. It is
 // how modules built on the session (election, lock, group) change engine
 // state; f must not block.
-func (s *Session) Do(f func()) {
+func (s *Session) do(f func()) {
 	s.mu.Lock()
 	f()
 	s.mu.Unlock()
@@ -337,53 +339,44 @@ func (s *Session) drain() {
 	s.mu.Unlock()
 }
 
-// Go runs f on a goroutine of the session's Env, counted by Close and
+// goOwn runs f on a goroutine of the session's Env, counted by Close and
 // recognised as the session's own (so that blocking calls made from f do
 // not wait for f). Modules built on the session run leader tasks with it.
-func (s *Session) Go(f func()) {
+func (s *Session) goOwn(f func()) {
 	s.wg.Add(1)
 	s.env.Go(func() {
 		defer s.wg.Done()
-		s.Inside(f)
+		s.runInside(f)
 	})
 }
 
-// Hold makes Close wait until release is called (unless Close is called
+// hold makes Close wait until release is called (unless Close is called
 // from the session's own callbacks or tasks). Modules built on the session
 // hold it while a callback is queued or running on their executor, so that
 // nothing is delivered after Close returns.
-func (s *Session) Hold() (release func()) {
+func (s *Session) hold() (release func()) {
 	s.wg.Add(1)
 	var once sync.Once
 	return func() { once.Do(s.wg.Done) }
 }
 
-// Inside runs f marked as the session's own code: blocking calls made from
+// runInside runs f marked as the session's own code: blocking calls made from
 // f do not wait for work that f itself may be delaying. Callback executors
 // of modules built on the session wrap callbacks with it.
-func (s *Session) Inside(f func()) {
+func (s *Session) runInside(f func()) {
 	id := s.inside.enter()
 	defer s.inside.exit(id)
 	f()
 }
 
-// InCallback reports whether the calling goroutine is running one of the
+// inCallback reports whether the calling goroutine is running one of the
 // session's callbacks or tasks, or ctx was handed out by the session (a
 // term's context). Blocking calls use it to avoid waiting for themselves.
-func (s *Session) InCallback(ctx context.Context) bool {
-	if ctx != nil && ctx.Value(markerKey{}) == s {
+func (s *Session) inCallback(ctx context.Context) bool {
+	if e, ok := layer.FromContext(ctx); ok && e == layer.Engine(hooks{s}) {
 		return true
 	}
 	return s.inside.current()
-}
-
-type markerKey struct{}
-
-// FromContext returns the session that handed out ctx (a term's context or
-// one derived from it), or nil.
-func FromContext(ctx context.Context) *Session {
-	s, _ := ctx.Value(markerKey{}).(*Session)
-	return s
 }
 
 // after arms t to run f with the lock held after d. Lock held.

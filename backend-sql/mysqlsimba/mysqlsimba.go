@@ -12,7 +12,7 @@ import (
 
 	sqlbackend "github.com/simba-go/simba/backend-sql"
 	"github.com/simba-go/simba/backend-sql/internal/core"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // Option configures [New].
@@ -32,7 +32,7 @@ func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = pref
 // (created from [Schema] by a migration tool) instead of creating them.
 func WithoutSchemaCreation() Option { return func(c *config) { c.createSchema = false } }
 
-// Backend is a [session.Backend] on MySQL or MariaDB. It does not broadcast
+// Backend is a [driver.Backend] on MySQL or MariaDB. It does not broadcast
 // releases: candidates find free leases by polling, as the specification
 // says for SQL. It is safe for concurrent use and may serve many sessions.
 type Backend struct {
@@ -42,7 +42,7 @@ type Backend struct {
 	stmts  statements
 }
 
-var _ session.Backend = (*Backend)(nil)
+var _ driver.Backend = (*Backend)(nil)
 
 // New returns a backend on the user's database handle (opened with
 // go-sql-driver/mysql). Unless [WithoutSchemaCreation] is given it creates
@@ -121,38 +121,38 @@ func (b *Backend) createSchema(ctx context.Context) (err error) {
 
 // Shutdown closes the backend's prepared statements. The database handle
 // is the caller's and stays open. Later calls fail with an error wrapping
-// session.ErrClosed.
+// driver.ErrClosed.
 func (b *Backend) Shutdown() {
 	b.core.Shut()
 	b.stmts.closeAll()
 }
 
-// Open implements [session.Backend]: a new session with a random 128-bit
+// Open implements [driver.Backend]: a new session with a random 128-bit
 // id, expiring the requested lease duration after now by the database
 // clock.
-func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	return b.core.Open(ctx, req)
 }
 
-// Renew implements [session.Backend] in one call, whatever the number of
+// Renew implements [driver.Backend] in one call, whatever the number of
 // leases; the owned leases are listed only when their version changed.
-func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
 	return b.core.Renew(ctx, req)
 }
 
-// Acquire implements [session.Backend] in one call for the whole batch.
-func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+// Acquire implements [driver.Backend] in one call for the whole batch.
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	return b.core.Acquire(ctx, req)
 }
 
-// Release implements [session.Backend] in one call.
-func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error {
+// Release implements [driver.Backend] in one call.
+func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error {
 	return b.core.Release(ctx, req)
 }
 
-// Close implements [session.Backend]: it deletes the session and frees
+// Close implements [driver.Backend]: it deletes the session and frees
 // every lease it owned.
-func (b *Backend) Close(ctx context.Context, id session.ID) error {
+func (b *Backend) Close(ctx context.Context, id driver.ID) error {
 	return b.core.Close(ctx, id)
 }
 
@@ -221,7 +221,7 @@ func (s store) Renew(ctx context.Context, id string, known uint64) (core.RenewRe
 			header = true
 			r.RemainingUS, r.Version = rem.Int64, uint64(ver.Int64)
 		case name.Valid && token.Valid:
-			r.Leases = append(r.Leases, session.Lease{Name: name.String, Token: uint64(token.Int64)})
+			r.Leases = append(r.Leases, driver.Lease{Name: name.String, Token: uint64(token.Int64)})
 		default:
 			return core.RenewResult{}, false, core.ErrBadReply
 		}
@@ -254,7 +254,7 @@ func (s store) Acquire(ctx context.Context, id string, names []string) ([]uint64
 	return tokens, true, nil
 }
 
-func (s store) Release(ctx context.Context, id string, leases []session.Lease) error {
+func (s store) Release(ctx context.Context, id string, leases []driver.Lease) error {
 	var names, tokens strings.Builder
 	for i, l := range leases {
 		if i > 0 {
