@@ -54,7 +54,7 @@ type Session struct {
 	seq        uint64
 	claims     map[string]*Claim
 	tokens     map[string]uint64 // highest token of any term made per name: a later term's must exceed it
-	order      []*Claim // claims in registration order, for deterministic batches
+	order      []*Claim          // claims in registration order, for deterministic batches
 	openFails  int
 	acquiring  bool
 	releasing  bool
