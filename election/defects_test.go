@@ -31,7 +31,11 @@ func TestRefusedOnRevokedIsStillDelivered(t *testing.T) {
 		var got []string
 		e := start(t, open(t, b), "jobs", election.WithExecutor(onlyFirst), election.WithListener(election.Funcs{
 			Elected: func(*term.Term) { mu.Lock(); got = append(got, "elected"); mu.Unlock() },
-			Revoked: func(_ *term.Term, r term.RevokeReason) { mu.Lock(); got = append(got, "revoked "+r.String()); mu.Unlock() },
+			Revoked: func(_ *term.Term, r term.RevokeReason) {
+				mu.Lock()
+				got = append(got, "revoked "+r.String())
+				mu.Unlock()
+			},
 		}))
 		if err := e.Stop(context.Background()); err != nil {
 			t.Fatal(err)
