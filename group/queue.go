@@ -5,8 +5,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/simba-go/simba/internal/layer"
+
 	"github.com/simba-go/simba/election"
-	"github.com/simba-go/simba/session"
 )
 
 // serial runs a member's callbacks one at a time, in order, over its
@@ -15,7 +16,7 @@ import (
 // function called instead. After shut, pushes are dropped: nothing is
 // delivered once Leave has completed.
 type serial struct {
-	s    *session.Session
+	eng  layer.Engine
 	exec election.Executor
 
 	mu      sync.Mutex
@@ -58,14 +59,14 @@ func (q *serial) drain() {
 		q.items = q.items[1:]
 		q.mu.Unlock()
 		if it.refused == nil {
-			q.s.Inside(it.run)
+			q.eng.Inside(it.run)
 			continue
 		}
 		var turn atomic.Int32 // 1: the executor returned first; 2: the item finished first
-		release := q.s.Hold()
+		release := q.eng.Hold()
 		err := q.exec.Execute(func() {
 			defer release()
-			q.s.Inside(it.run)
+			q.eng.Inside(it.run)
 			if !turn.CompareAndSwap(0, 2) {
 				q.drain()
 			}

@@ -18,6 +18,14 @@ type ID = driver.ID
 // metadata. Set it with [WithIdentity].
 type Owner = driver.Owner
 
+// InspectRequest selects the leases [Session.Inspect] reports: the listed
+// Names, or every name starting with Prefix when Names is empty.
+type InspectRequest = driver.InspectRequest
+
+// Holder is a lease as [Session.Inspect] reports it: its name, token,
+// holder's session and owner, and the time that session has left.
+type Holder = driver.Holder
+
 // Errors shared with the backends: the same values as package driver's,
 // so errors.Is matches either name.
 var (

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/simba-go/simba/internal/layer"
@@ -37,4 +38,45 @@ func (h hooks) InCallback(ctx context.Context) bool { return h.s.inCallback(ctx)
 
 func (h hooks) AfterFunc(d time.Duration, f func()) func() bool {
 	return h.s.env.AfterFunc(d, f)
+}
+
+func (h hooks) Now() time.Time  { return h.s.env.Now() }
+func (h hooks) Jitter() float64 { return h.s.env.Jitter() }
+
+// WantAll is Want(true) for every claim of cs, all registered on this
+// session: the attempts of claims not yet holding a lease leave in one
+// backend call (Want alone would send the first at once, and the rest in a
+// second call when it returns). Lock held.
+func (h hooks) WantAll(cs []layer.Claim) {
+	s := h.s
+	s.holdPump = true
+	for _, c := range cs {
+		c.(*claim).Want(true)
+	}
+	s.holdPump = false
+	s.pumpAcquire()
+}
+
+// Call runs op through the session's Env with a timeout of one renewal
+// period, then reply with the lock held: with op's results, or with
+// context.DeadlineExceeded if the timeout came first (op's results are then
+// never read, so a late op cannot race with reply), or at once with
+// ErrClosed after Close. Close waits for it. Lock held.
+func (h hooks) Call(op func(ctx context.Context) (any, error), reply func(v any, err error)) {
+	s := h.s
+	if s.state == Closed {
+		reply(nil, fmt.Errorf("simba: %w", ErrClosed))
+		return
+	}
+	var v any
+	var err error
+	s.call(func(ctx context.Context) {
+		v, err = op(ctx)
+	}, func(timedOut bool) {
+		if timedOut {
+			reply(nil, context.DeadlineExceeded)
+			return
+		}
+		reply(v, err)
+	}, nil)
 }

@@ -113,6 +113,20 @@ type Engine interface {
 	// AfterFunc runs f once, d from now, on the session's clock (virtual
 	// time under a simulated Env), unless stop is called first.
 	AfterFunc(d time.Duration, f func()) (stop func() bool)
+	// Now reads the session's clock.
+	Now() time.Time
+	// Jitter returns a random number in [0, 1) from the session's Env.
+	Jitter() float64
+	// WantAll is Want(true) for every claim of cs (all registered on this
+	// session), with their attempts in one backend call. Lock held.
+	WantAll(cs []Claim)
+	// Call runs op through the session's Env with a timeout of one renewal
+	// period (the backend calls a layer makes itself, such as a group's
+	// inspection), then reply with the lock held: with op's results, with
+	// context.DeadlineExceeded if the timeout came first (op's results are
+	// then never read), or at once with session.ErrClosed after Close.
+	// Close waits for it. Lock held.
+	Call(op func(ctx context.Context) (any, error), reply func(v any, err error))
 }
 
 // Link ties a session to its Engine. A session embeds it (by value); only
