@@ -287,7 +287,7 @@ func (s *Session) revoke(c *Claim, h *held, reason term.RevokeReason) {
 	}
 	h.revoked = true
 	h.revokeFn(reason)
-	s.emit(Event{Kind: TermRevoked, Session: h.inc.id, Name: c.name, Token: h.token, Reason: reason})
+	s.emit(Event{Kind: TermRevoked, Session: h.inc.id, Name: c.name, Token: h.token, Reason: reason, ClaimKind: c.kind()})
 }
 
 // armCandidate keeps the candidate tick running while a claim wants a
@@ -413,7 +413,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, r AcquireReply) {
 		}
 		t, revokeFn := term.New(context.WithValue(s.root, markerKey{}, s), res.Name, res.Token, inc.life)
 		c.held = &held{t: t, revokeFn: revokeFn, token: res.Token, inc: inc, confirmed: confirmed}
-		s.emit(Event{Kind: TermElected, Session: inc.id, Name: res.Name, Token: res.Token})
+		s.emit(Event{Kind: TermElected, Session: inc.id, Name: res.Name, Token: res.Token, ClaimKind: c.kind()})
 		c.h.Won(t)
 	}
 }
