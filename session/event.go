@@ -37,10 +37,16 @@ const (
 	TermElected
 	// TermRevoked: a term ended (Name, Token, Reason).
 	TermRevoked
+	// BackendContractViolation: a backend reply broke the SPI's contract (a
+	// grant outside [0, the lease asked for]; an acquisition reply with a
+	// missing, duplicated or unasked-for name). Err wraps
+	// ErrContractViolation and says what; the reply was treated as a failed
+	// call, never as a longer life or a win.
+	BackendContractViolation
 )
 
 var kindNames = [...]string{"", "SessionOpened", "SessionRenewed", "SessionSuspended", "SessionDeadlinePassed",
-	"SessionExpired", "SessionClosed", "SessionLeaseShortened", "TermElected", "TermRevoked"}
+	"SessionExpired", "SessionClosed", "SessionLeaseShortened", "TermElected", "TermRevoked", "BackendContractViolation"}
 
 // String returns the kind's name, such as "SessionLeaseShortened".
 func (k EventKind) String() string {
@@ -75,7 +81,7 @@ type Event struct {
 	ClaimKind string
 	// Reason is why the term ended (TermRevoked).
 	Reason term.RevokeReason
-	// Err is the failure behind SessionSuspended.
+	// Err is the failure behind SessionSuspended or BackendContractViolation.
 	Err error
 }
 
@@ -84,11 +90,12 @@ type Event struct {
 // quickly and must not wait for the session.
 type Listener func(Event)
 
-// LogEvents returns a Listener that logs events through l: warnings for
-// suspension, deadline passed, expiry and shortened leases; info for
-// session changes and for the terms of elections; debug for renewals and
-// for the terms of locks (one per acquisition: a lock-heavy service would
-// otherwise log two lines per lock).
+// LogEvents returns a Listener that logs events through l: errors for
+// backend contract violations; warnings for suspension, deadline passed,
+// expiry and shortened leases; info for session changes and for the terms
+// of elections; debug for renewals and for the terms of locks (one per
+// acquisition: a lock-heavy service would otherwise log two lines per
+// lock).
 func LogEvents(l *slog.Logger) Listener {
 	return func(e Event) {
 		if l.Enabled(context.Background(), eventLevel(e)) {
@@ -104,6 +111,8 @@ func eventLevel(e Event) slog.Level {
 		return slog.LevelDebug
 	case SessionSuspended, SessionDeadlinePassed, SessionExpired, SessionLeaseShortened:
 		return slog.LevelWarn
+	case BackendContractViolation:
+		return slog.LevelError
 	case TermElected, TermRevoked:
 		if e.ClaimKind == "lock" {
 			return slog.LevelDebug
