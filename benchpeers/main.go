@@ -149,6 +149,22 @@ func ratio(x, base float64) string {
 	return fmt.Sprintf("%.2f×", x/base)
 }
 
+// simbaCases opens Simba's sessions on b for both measures, their
+// closing added to cl; the handover's sessions run with cfg.
+func simbaCases(ctx context.Context, b session.Backend, cfg deadline.Config, cl *closers) (pairCase, handoverCase, error) {
+	p, closeP, err := simbaPair(ctx, b, "pair")
+	if err != nil {
+		return pairCase{}, handoverCase{}, err
+	}
+	cl.add(closeP)
+	h, closeH, err := simbaHandover(ctx, b, "handover", cfg)
+	if err != nil {
+		return pairCase{}, handoverCase{}, err
+	}
+	cl.add(closeH)
+	return p, h, nil
+}
+
 // simbaPair is lock.TryAcquire + Close on one long-lived session with the
 // default configuration (and so the default event logging), as a user
 // writes it.

@@ -33,18 +33,11 @@ func redisSetup(ctx context.Context, ns string) (*backend, error) {
 		cl.run()
 		return nil, err
 	}
-	simba, closeSimba, err := simbaPair(ctx, b, "pair")
+	simba, simbaH, err := simbaCases(ctx, b, deadline.Config{}, &cl)
 	if err != nil {
 		cl.run()
 		return nil, err
 	}
-	cl.add(closeSimba)
-	simbaH, closeH, err := simbaHandover(ctx, b, "handover", deadline.Config{})
-	if err != nil {
-		cl.run()
-		return nil, err
-	}
-	cl.add(closeH)
 
 	rawKey := "bp:{" + ns + "}:raw"
 	raw := func(ctx context.Context) error {

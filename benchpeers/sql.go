@@ -38,18 +38,11 @@ func postgresSetup(ctx context.Context, ns string) (*backend, error) {
 		return nil, err
 	}
 	cl.add(b.Shutdown)
-	simba, closeSimba, err := simbaPair(ctx, b, "pair")
+	simba, simbaH, err := simbaCases(ctx, b, deadline.Config{}, &cl)
 	if err != nil {
 		cl.run()
 		return nil, err
 	}
-	cl.add(closeSimba)
-	simbaH, closeH, err := simbaHandover(ctx, b, "handover", deadline.Config{})
-	if err != nil {
-		cl.run()
-		return nil, err
-	}
-	cl.add(closeH)
 	upsert := "INSERT INTO " + tbl + " (name, session_id, token) VALUES ($1, $2, $3) ON CONFLICT (name) DO UPDATE SET session_id = EXCLUDED.session_id, token = EXCLUDED.token"
 	del := "DELETE FROM " + tbl + " WHERE name = $1"
 	raw := func(ctx context.Context) error {
@@ -104,20 +97,13 @@ func mariadbSetup(ctx context.Context, ns string) (*backend, error) {
 		return nil, err
 	}
 	cl.add(b.Shutdown)
-	simba, closeSimba, err := simbaPair(ctx, b, "pair")
-	if err != nil {
-		cl.run()
-		return nil, err
-	}
-	cl.add(closeSimba)
 	// MariaDB has no release notice: B polls on the candidate tick
 	// (RenewInterval/2 + jitter), so a short lease keeps the samples short.
-	simbaH, closeH, err := simbaHandover(ctx, b, "handover", deadline.Config{LeaseDuration: 2 * time.Second})
+	simba, simbaH, err := simbaCases(ctx, b, deadline.Config{LeaseDuration: 2 * time.Second}, &cl)
 	if err != nil {
 		cl.run()
 		return nil, err
 	}
-	cl.add(closeH)
 	raw := func(ctx context.Context) error {
 		if _, err := upsert.ExecContext(ctx, "raw", "s", 1); err != nil {
 			return err

@@ -53,18 +53,11 @@ func zkSetup(ctx context.Context, ns string) (*backend, error) {
 		return nil, err
 	}
 	cl.add(func() { _ = b.Shutdown(context.Background()) })
-	simba, closeSimba, err := simbaPair(ctx, b, "pair")
+	simba, simbaH, err := simbaCases(ctx, b, deadline.Config{}, &cl)
 	if err != nil {
 		cl.run()
 		return nil, err
 	}
-	cl.add(closeSimba)
-	simbaH, closeH, err := simbaHandover(ctx, b, "handover", deadline.Config{})
-	if err != nil {
-		cl.run()
-		return nil, err
-	}
-	cl.add(closeH)
 
 	acl := zk.WorldACL(zk.PermAll)
 	rawPath := root + "/raw"
