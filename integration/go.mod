@@ -11,6 +11,7 @@ require (
 	github.com/simba-go/simba/backend-zk v0.0.0
 	github.com/simba-go/simba/deadline v0.0.0
 	github.com/simba-go/simba/election v0.0.0
+	github.com/simba-go/simba/group v0.0.0
 	github.com/simba-go/simba/lock v0.0.0
 	github.com/simba-go/simba/session v0.0.0
 	github.com/simba-go/simba/term v0.0.0
@@ -48,3 +49,4 @@ replace github.com/simba-go/simba/backend-redis => ../backend-redis
 replace github.com/simba-go/simba/backend-zk => ../backend-zk
 
 replace github.com/simba-go/simba/internal => ../internal
+replace github.com/simba-go/simba/group => ../group

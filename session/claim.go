@@ -57,6 +57,15 @@ func (s *Session) register(name string, h layer.ClaimHandler) (*claim, error) {
 	return c, nil
 }
 
+// kind is what the claim's handler calls itself in Snapshot, or "".
+func (c *claim) kind() string {
+	if d, ok := c.h.(layer.Describer); ok {
+		k, _ := d.Describe()
+		return k
+	}
+	return ""
+}
+
 // Name is the claimed lease name.
 func (c *claim) Name() string { return c.name }
 
