@@ -36,6 +36,7 @@ type Session struct {
 	b         Backend
 	env       Env
 	listeners []Listener
+	termCtx   func(context.Context, Event) context.Context
 	root      context.Context
 	cancel    context.CancelFunc
 	inside    goroutines // goroutines running callbacks and tasks
@@ -45,6 +46,7 @@ type Session struct {
 
 	mu         sync.Mutex
 	state      State
+	since      time.Time // when state last changed, on the Env's clock
 	inc        *incarnation
 	renewEvery time.Duration
 	seq        uint64
@@ -59,6 +61,9 @@ type Session struct {
 	effects    []func()
 	draining   bool
 	unsub      func()
+
+	watchMu  sync.Mutex
+	watchers map[*func(Notice)]struct{} // see WatchNotices
 }
 
 // incarnation is one backend session.
@@ -129,8 +134,11 @@ func New(b Backend, opts ...Option) (*Session, error) {
 		ready:     make(chan struct{}),
 		closed:    make(chan struct{}),
 		state:     Opening,
+		termCtx:   o.termCtx,
+		watchers:  make(map[*func(Notice)]struct{}),
 		claims:    make(map[string]*Claim),
 	}
+	s.since = s.env.Now()
 	s.renewEvery = s.cfg.RenewInterval
 	if bc, ok := b.(Broadcaster); ok {
 		unsub, err := bc.Subscribe(s.notice)
@@ -222,7 +230,7 @@ func (s *Session) Close() error {
 		<-s.closed
 		return nil
 	}
-	s.state = Closed
+	s.setState(Closed)
 	inc := s.inc
 	s.stopTimer(&s.candidate)
 	s.stopTimer(&s.openRetry)
