@@ -12,7 +12,7 @@ import (
 // LeaderOf reports who holds name now, without campaigning: the holder, and
 // false if nobody does. It asks the backend through the session's
 // inspection (session.Session.Inspect), so it fails with an error wrapping
-// session.ErrNotSupported on a backend that cannot inspect, and wrapping
+// session.ErrNoInspector on a backend that cannot inspect, and wrapping
 // deadline.ErrInvalidName for an invalid name. The answer is informative
 // only: by the time it arrives the lease may have changed hands; only a
 // term of one's own is proof of leadership.

@@ -65,11 +65,11 @@ func TestLeaderOf(t *testing.T) {
 			t.Fatalf("LeaderOf(invalid) = %v, want ErrInvalidName", err)
 		}
 		plainSession := open(t, struct{ session.Backend }{b.NewClient()})
-		if _, _, err := election.LeaderOf(context.Background(), plainSession, "billing"); !errors.Is(err, session.ErrNotSupported) {
-			t.Fatalf("LeaderOf without an Inspector = %v, want ErrNotSupported", err)
+		if _, _, err := election.LeaderOf(context.Background(), plainSession, "billing"); !errors.Is(err, session.ErrNoInspector) {
+			t.Fatalf("LeaderOf without an Inspector = %v, want ErrNoInspector", err)
 		}
-		if _, err := election.Observe(context.Background(), plainSession, "billing"); !errors.Is(err, session.ErrNotSupported) {
-			t.Fatalf("Observe without an Inspector = %v, want ErrNotSupported", err)
+		if _, err := election.Observe(context.Background(), plainSession, "billing"); !errors.Is(err, session.ErrNoInspector) {
+			t.Fatalf("Observe without an Inspector = %v, want ErrNoInspector", err)
 		}
 		_ = e.Stop(context.Background())
 	})

@@ -2,26 +2,8 @@ package session
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 )
-
-// ErrNotSupported is wrapped by the error of a call that needs an optional
-// backend capability the session's backend lacks (such as [Inspector]).
-var ErrNotSupported = errors.New("simba: not supported by the backend")
-
-// Inspect lists the live holders of the selected leases through the
-// backend's [Inspector], without campaigning. It fails with an error
-// wrapping ErrNotSupported if the backend cannot inspect, and with the
-// backend's error otherwise (an invalid name wraps deadline.ErrInvalidName).
-func (s *Session) Inspect(ctx context.Context, req InspectRequest) ([]Holder, error) {
-	in, ok := s.b.(Inspector)
-	if !ok {
-		return nil, fmt.Errorf("%w: %T cannot inspect leases", ErrNotSupported, s.b)
-	}
-	return in.Inspect(ctx, req)
-}
 
 // WatchNotices calls fn for every release notice the backend pushes to the
 // session, until stop is called; it reports false (and never calls fn) if

@@ -117,28 +117,20 @@ func TestStateSince(t *testing.T) {
 // plain hides the memory backend's optional capabilities.
 type plain struct{ session.Backend }
 
-func TestInspectWithoutInspectorIsNotSupported(t *testing.T) {
+func TestWatchNoticesWithoutBroadcaster(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b, _ := memory.New()
 		s := openDecorated(t, plain{b})
-		_, err := s.Inspect(context.Background(), session.InspectRequest{Names: []string{"jobs"}})
-		if !errors.Is(err, session.ErrNotSupported) {
-			t.Fatalf("Inspect = %v, want ErrNotSupported", err)
-		}
 		if _, ok := s.WatchNotices(func(session.Notice) {}); ok {
 			t.Fatal("WatchNotices reported notices from a backend that does not broadcast")
 		}
 	})
 }
 
-func TestInspectAndWatchNotices(t *testing.T) {
+func TestWatchNotices(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, deadline.Config{})
 		c, _ := f.claim("jobs")
-		hs, err := f.s.Inspect(context.Background(), session.InspectRequest{Names: []string{"jobs"}})
-		if err != nil || len(hs) != 1 || hs[0].Session != f.s.ID() || hs[0].Owner.Identity != f.s.Owner().Identity {
-			t.Fatalf("Inspect = %+v, %v; want jobs held by %s", hs, err, f.s.ID())
-		}
 		var got []session.Notice
 		stop, ok := f.s.WatchNotices(func(n session.Notice) { got = append(got, n) })
 		if !ok {
