@@ -90,6 +90,15 @@ func (s *Session) Claim(name string, h ClaimHandler) (*Claim, error) {
 	return c, nil
 }
 
+// kind is what the claim's handler calls itself in Snapshot, or "".
+func (c *Claim) kind() string {
+	if d, ok := c.h.(Describer); ok {
+		k, _ := d.Describe()
+		return k
+	}
+	return ""
+}
+
 // Name is the claimed lease name.
 func (c *Claim) Name() string { return c.name }
 

@@ -295,7 +295,7 @@ func (s *Session) revoke(c *Claim, h *held, reason term.RevokeReason) {
 	}
 	h.revoked = true
 	h.revokeFn(reason)
-	s.emit(Event{Kind: TermRevoked, Session: h.inc.id, Name: c.name, Token: h.token, Reason: reason, Deadline: h.inc.life.at()})
+	s.emit(Event{Kind: TermRevoked, Session: h.inc.id, Name: c.name, Token: h.token, Reason: reason, ClaimKind: c.kind(), Deadline: h.inc.life.at()})
 }
 
 // armCandidate keeps the candidate tick running while a claim wants a
@@ -465,7 +465,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r A
 			continue
 		}
 		s.tokens[res.Name] = res.Token
-		elected := Event{Kind: TermElected, Session: inc.id, Name: res.Name, Token: res.Token}
+		elected := Event{Kind: TermElected, Session: inc.id, Name: res.Name, Token: res.Token, ClaimKind: c.kind()}
 		t, revokeFn := term.New(s.termParent(elected), res.Name, res.Token, inc.life)
 		c.held = &held{t: t, revokeFn: revokeFn, token: res.Token, inc: inc, confirmed: confirmed}
 		s.emit(elected)
