@@ -221,7 +221,7 @@ func (s *Session) Remaining() time.Duration {
 // started has returned. Called from a callback or a leader task, it does not
 // wait (that would be waiting for itself) and returns ErrWouldBlockSelf.
 func (s *Session) Close() error {
-	self := s.WouldWaitForSelf(nil, nil)
+	self := s.WouldWaitForSelf(context.Background(), nil)
 	s.mu.Lock()
 	if s.state == Closed {
 		s.mu.Unlock()
