@@ -330,7 +330,7 @@ func (s *Session) armCandidate() {
 // flight (its reply sends the next): batches form by themselves.
 func (s *Session) pumpAcquire() {
 	inc := s.inc
-	if s.acquiring || inc == nil || inc.over || s.state != Live {
+	if s.acquiring || s.holdPump || inc == nil || inc.over || s.state != Live {
 		return
 	}
 	var names []string

@@ -57,6 +57,7 @@ type Session struct {
 	order      []*Claim          // claims in registration order, for deterministic batches
 	openFails  int
 	acquiring  bool
+	holdPump   bool // WantAll is queueing claims: one Acquire when it is done
 	releasing  bool
 	releaseQ   []pendingRelease
 	candidate  timer
