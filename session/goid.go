@@ -31,11 +31,12 @@ func goid() uint64 {
 	return id
 }
 
-// mark says what a marked goroutine is running: owner's callback or task
-// (nil: something of the whole session), on the delivery loop (a Direct
-// callback: everything the loop delivers waits for it) or not.
+// mark says what a marked goroutine is running: a callback or task of
+// owner (a claim, or the key set with Claim.SetOwner; nil: something of the
+// whole session), on the delivery loop (a Direct callback: everything the
+// loop delivers waits for it) or not.
 type mark struct {
-	owner *Claim
+	owner any
 	loop  bool
 }
 

@@ -365,15 +365,15 @@ func (s *Session) drain() {
 	s.mu.Unlock()
 }
 
-// Go runs f, a leader task of c, on a goroutine of the session's Env,
-// counted by Close and recognised as c's (so that blocking calls made from f
-// do not wait for f). Modules built on the session run leader tasks with
-// it.
-func (s *Session) Go(c *Claim, f func()) {
+// Go runs f, a leader task of owner (a claim or a claim's owner key; nil:
+// the whole session's), on a goroutine of the session's Env, counted by
+// Close and recognised as owner's (so that blocking calls made from f do not
+// wait for f). Modules built on the session run leader tasks with it.
+func (s *Session) Go(owner any, f func()) {
 	s.wg.Add(1)
 	s.env.Go(func() {
 		defer s.wg.Done()
-		s.Inside(c, false, f)
+		s.Inside(owner, false, f)
 	})
 }
 
@@ -387,33 +387,33 @@ func (s *Session) Hold() (release func()) {
 	return func() { once.Do(s.wg.Done) }
 }
 
-// Inside runs f, a user callback of c, marked as such: blocking calls made
-// from f without a context do not wait for work that f itself delays. loop
-// says f runs on the delivery loop (a Direct executor), which then delivers
+// Inside runs f, a user callback of owner (a claim or a claim's owner key;
+// nil: the whole session's), marked as such: blocking calls made from f
+// without a context do not wait for work that f itself delays. loop says f
+// runs on the delivery loop (a Direct executor), which then delivers
 // nothing else until f returns. Callback executors of modules built on the
 // session wrap user callbacks with it.
-func (s *Session) Inside(c *Claim, loop bool, f func()) {
-	id := s.inside.enter(mark{owner: c, loop: loop})
+func (s *Session) Inside(owner any, loop bool, f func()) {
+	id := s.inside.enter(mark{owner: owner, loop: loop})
 	defer s.inside.exit(id)
 	f()
 }
 
-// WouldWaitForSelf reports whether a wait for c's handover (c nil: for the
-// whole session, as Close waits) would wait for the caller itself: ctx was
-// handed out for c's term (its callbacks' and tasks' context; for any claim
-// when c is nil), or the calling goroutine is running c's callback or task
-// (any, for c nil), or a callback on the delivery loop, which every
-// handover's delivery waits for. A wait for another claim's handover from
-// a callback or task of c that is not on the loop does not depend on it,
-// and waits. Blocking calls use it to avoid deadlocking on themselves.
-func (s *Session) WouldWaitForSelf(ctx context.Context, c *Claim) bool {
-	if ctx != nil {
-		if m, _ := ctx.Value(markerKey{}).(*Claim); m != nil && m.s == s && (c == nil || m == c) {
-			return true
-		}
+// WouldWaitForSelf reports whether a wait for owner's handovers (owner: a
+// claim or a claim's owner key; nil: the whole session, as Close waits)
+// would wait for the caller itself: ctx was handed out for a term of owner
+// (its callbacks' and tasks' context; any term of the session when owner is
+// nil), or the calling goroutine is running owner's callback or task (any,
+// for nil), or a callback on the delivery loop, which every handover's
+// delivery waits for. A wait for another owner's handover from a callback
+// or task off the loop does not depend on the caller, and waits. Blocking
+// calls use it to avoid deadlocking on themselves.
+func (s *Session) WouldWaitForSelf(ctx context.Context, owner any) bool {
+	if m, _ := ctx.Value(markerKey{}).(*Claim); m != nil && m.s == s && (owner == nil || m.ownerKey() == owner) {
+		return true
 	}
 	for _, m := range s.inside.current() {
-		if c == nil || m.owner == nil || m.owner == c || m.loop {
+		if owner == nil || m.owner == nil || m.owner == owner || m.loop {
 			return true
 		}
 	}
