@@ -105,6 +105,15 @@ func (c *Claim) ownerKey() any {
 	return c
 }
 
+// kind is what the claim's handler calls itself in Snapshot, or "".
+func (c *Claim) kind() string {
+	if d, ok := c.h.(Describer); ok {
+		k, _ := d.Describe()
+		return k
+	}
+	return ""
+}
+
 // Name is the claimed lease name.
 func (c *Claim) Name() string { return c.name }
 

@@ -39,6 +39,7 @@ type Session struct {
 	owner     Owner
 	b         Backend
 	env       Env
+	log       *slog.Logger // the event log, nil when off
 	listeners []Listener
 	root      context.Context
 	cancel    context.CancelFunc
@@ -119,12 +120,12 @@ func New(b Backend, opts ...Option) (*Session, error) {
 	if o.env == nil {
 		o.env = SystemEnv()
 	}
+	var log *slog.Logger
 	if !o.noLog {
-		l := o.logger
-		if l == nil {
-			l = slog.Default()
+		log = o.logger
+		if log == nil {
+			log = slog.Default()
 		}
-		o.listeners = append([]Listener{LogEvents(l)}, o.listeners...)
 	}
 	root, cancel := context.WithCancel(context.Background())
 	s := &Session{
@@ -132,6 +133,7 @@ func New(b Backend, opts ...Option) (*Session, error) {
 		owner:     o.owner,
 		b:         b,
 		env:       o.env,
+		log:       log,
 		listeners: o.listeners,
 		root:      root,
 		cancel:    cancel,
@@ -297,9 +299,12 @@ func (s *Session) Close() error {
 // returns.
 func (s *Session) Done() <-chan struct{} { return s.closed }
 
-// emit publishes e to the listeners after the lock is released. Lock held.
+// emit publishes e to the log and the listeners after the lock is
+// released. Nothing is built when nobody would see it: no listener, and
+// the log's level is above e's (a lock's terms are at Debug). Lock held.
 func (s *Session) emit(e Event) {
-	if len(s.listeners) == 0 {
+	logs := s.log != nil && s.log.Enabled(context.Background(), eventLevel(e))
+	if !logs && len(s.listeners) == 0 {
 		return
 	}
 	e.Time = s.env.Now()
@@ -311,6 +316,9 @@ func (s *Session) emit(e Event) {
 		e.RenewEvery = s.renewEvery
 	}
 	s.Defer(func() {
+		if logs {
+			logEvent(s.log, e)
+		}
 		for _, l := range s.listeners {
 			l(e)
 		}
