@@ -466,7 +466,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r A
 		}
 		s.tokens[res.Name] = res.Token
 		elected := Event{Kind: TermElected, Session: inc.id, Name: res.Name, Token: res.Token, ClaimKind: c.kind()}
-		t, revokeFn := term.New(s.termParent(elected), res.Name, res.Token, inc.life)
+		t, revokeFn := term.New(s.termParent(c, elected), res.Name, res.Token, inc.life)
 		c.held = &held{t: t, revokeFn: revokeFn, token: res.Token, inc: inc, confirmed: confirmed}
 		s.emit(elected)
 		c.h.Won(t)

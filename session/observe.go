@@ -57,11 +57,11 @@ func (s *Session) StateSince() (State, time.Duration) {
 }
 
 // termParent is the parent context of a new term. Lock held.
-func (s *Session) termParent(elected Event) context.Context {
-	ctx := context.WithValue(s.root, markerKey{}, s)
+func (s *Session) termParent(c *Claim, elected Event) context.Context {
+	ctx := context.WithValue(s.root, markerKey{}, c)
 	if s.termCtx != nil {
 		elected.Time = s.env.Now()
-		if d := s.termCtx(ctx, elected); d != nil && d.Value(markerKey{}) == s {
+		if d := s.termCtx(ctx, elected); d != nil && d.Value(markerKey{}) == c {
 			ctx = d // a context not derived from ctx would lose the term's marker
 		}
 	}
