@@ -26,8 +26,12 @@ require (
 	github.com/simba-go/simba/backend-redis v0.0.0
 	github.com/simba-go/simba/backend-sql v0.0.0
 	github.com/simba-go/simba/backend-zk v0.0.0
+	github.com/simba-go/simba/deadline v0.0.0
+	github.com/simba-go/simba/election v0.0.0
 	github.com/simba-go/simba/session v0.0.0
+	github.com/simba-go/simba/term v0.0.0
 	github.com/testcontainers/testcontainers-go v0.44.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
@@ -72,8 +76,6 @@ require (
 	github.com/pmezard/go-difflib v1.0.0 // indirect
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
 	github.com/shirou/gopsutil/v4 v4.26.6 // indirect
-	github.com/simba-go/simba/deadline v0.0.0 // indirect
-	github.com/simba-go/simba/term v0.0.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/stretchr/testify v1.11.1 // indirect
 	github.com/tklauser/go-sysconf v0.4.0 // indirect
@@ -85,7 +87,6 @@ require (
 	go.opentelemetry.io/otel/metric v1.44.0 // indirect
 	go.opentelemetry.io/otel/trace v1.44.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/crypto v0.54.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
