@@ -99,6 +99,14 @@ func newConfig(t testing.TB, officialImage, defaultTag string, opts []Option) co
 	return c
 }
 
+// nodes is how many servers to start: three for a cluster or ensemble.
+func (c config) nodes() int {
+	if c.cluster {
+		return 3
+	}
+	return 1
+}
+
 // Node is one server container.
 type Node struct {
 	// Addr is the server's client address, 127.0.0.1:port.

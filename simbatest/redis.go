@@ -56,10 +56,7 @@ func (s *RedisServer) NewBackend(t testing.TB) *redisbackend.Backend {
 func Redis(t testing.TB, opts ...Option) *RedisServer {
 	t.Helper()
 	c := newConfig(t, "redis", "7", opts)
-	n := 1
-	if c.cluster {
-		n = 3
-	}
+	n := c.nodes()
 	ps, err := freePorts(n)
 	if err != nil {
 		t.Fatal(err)

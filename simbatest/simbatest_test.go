@@ -26,41 +26,30 @@ func openClose(t *testing.T, b session.Backend) {
 	}
 }
 
+// TestServers starts each server the kit offers and opens a session on the
+// backend it returns.
 func TestServers(t *testing.T) {
-	t.Run("redis", func(t *testing.T) {
-		t.Parallel()
-		s := simbatest.Redis(t)
-		openClose(t, s.Backend)
-		if err := s.Client.Ping(context.Background()).Err(); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Run("redis-cluster", func(t *testing.T) {
-		t.Parallel()
-		s := simbatest.Redis(t, simbatest.WithCluster())
-		openClose(t, s.Backend)
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		s := simbatest.Postgres(t)
-		openClose(t, s.Backend)
-	})
-	t.Run("mysql", func(t *testing.T) {
-		t.Parallel()
-		s := simbatest.MySQL(t)
-		openClose(t, s.Backend)
-	})
-	t.Run("zookeeper", func(t *testing.T) {
-		t.Parallel()
-		s := simbatest.ZooKeeper(t)
-		openClose(t, s.Backend)
-	})
-	t.Run("zookeeper-ensemble", func(t *testing.T) {
-		t.Parallel()
-		s := simbatest.ZooKeeper(t, simbatest.WithCluster())
-		openClose(t, s.Backend)
-	})
-	t.Run("memory", func(t *testing.T) {
-		openClose(t, simbatest.Memory(t).NewClient())
-	})
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) session.Backend
+	}{
+		{"redis", func(t *testing.T) session.Backend {
+			s := simbatest.Redis(t)
+			if err := s.Client.Ping(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			return s.Backend
+		}},
+		{"redis-cluster", func(t *testing.T) session.Backend { return simbatest.Redis(t, simbatest.WithCluster()).Backend }},
+		{"postgres", func(t *testing.T) session.Backend { return simbatest.Postgres(t).Backend }},
+		{"mysql", func(t *testing.T) session.Backend { return simbatest.MySQL(t).Backend }},
+		{"zookeeper", func(t *testing.T) session.Backend { return simbatest.ZooKeeper(t).Backend }},
+		{"zookeeper-ensemble", func(t *testing.T) session.Backend { return simbatest.ZooKeeper(t, simbatest.WithCluster()).Backend }},
+		{"memory", func(t *testing.T) session.Backend { return simbatest.Memory(t).NewClient() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			openClose(t, tc.start(t))
+		})
+	}
 }

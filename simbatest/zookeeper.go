@@ -85,10 +85,7 @@ exec java -Xmx256m -XX:+UseSerialGC -Dzookeeper.admin.enableServer=false -cp /et
 func ZooKeeper(t testing.TB, opts ...Option) *ZooKeeperServer {
 	t.Helper()
 	c := newConfig(t, "zookeeper", "3.9", opts)
-	n := 1
-	if c.cluster {
-		n = 3
-	}
+	n := c.nodes()
 	ps, err := freePorts(3 * n) // client, quorum and election ports
 	if err != nil {
 		t.Fatal(err)
