@@ -465,7 +465,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r A
 			continue
 		}
 		s.tokens[res.Name] = res.Token
-		t, revokeFn := term.New(context.WithValue(s.root, markerKey{}, s), res.Name, res.Token, inc.life)
+		t, revokeFn := term.New(context.WithValue(s.root, markerKey{}, c), res.Name, res.Token, inc.life)
 		c.held = &held{t: t, revokeFn: revokeFn, token: res.Token, inc: inc, confirmed: confirmed}
 		s.emit(Event{Kind: TermElected, Session: inc.id, Name: res.Name, Token: res.Token, ClaimKind: c.kind()})
 		c.h.Won(t)

@@ -86,8 +86,9 @@ type Event struct {
 }
 
 // A Listener receives events. It is called with no lock held but in the
-// order events happen, on the goroutine that caused them: it must return
-// quickly and must not wait for the session.
+// order events happen, on the session's delivery loop: it must return
+// quickly and must not wait for the session (Close from a Listener would
+// wait for the loop that is running it).
 type Listener func(Event)
 
 // LogEvents returns a Listener that logs events through l: errors for
