@@ -8,6 +8,7 @@ TESTFLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
 GOBIN := $(shell $(GO) env GOPATH)/bin
 SIM_SEEDS ?= 10000
+GROUP_SIM_SEEDS ?= 1000
 
 .PHONY: docs all demo test test-unit lint fmt staticcheck bench services services-stop services-status sim-long fuzz tidy
 
@@ -24,6 +25,7 @@ test: services lint
 	@set -e; . ./.services/env; \
 	for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test $(TESTFLAGS) ./...); done
 	cd election && SIMBA_SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 20m -run 'TestSimulation$$' .
+	cd group && SIMBA_SIM_SEEDS=$(GROUP_SIM_SEEDS) $(GO) test -count=1 -timeout 20m -run 'TestSimulation$$' .
 
 ## test-unit: the tests that need no server (core modules only)
 test-unit:

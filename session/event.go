@@ -37,10 +37,16 @@ const (
 	TermElected
 	// TermRevoked: a term ended (Name, Token, Reason).
 	TermRevoked
+	// BackendContractViolation: a backend reply broke the SPI's contract (a
+	// grant outside [0, the lease asked for]; an acquisition reply with a
+	// missing, duplicated or unasked-for name). Err wraps
+	// ErrContractViolation and says what; the reply was treated as a failed
+	// call, never as a longer life or a win.
+	BackendContractViolation
 )
 
 var kindNames = [...]string{"", "SessionOpened", "SessionRenewed", "SessionSuspended", "SessionDeadlinePassed",
-	"SessionExpired", "SessionClosed", "SessionLeaseShortened", "TermElected", "TermRevoked"}
+	"SessionExpired", "SessionClosed", "SessionLeaseShortened", "TermElected", "TermRevoked", "BackendContractViolation"}
 
 // String returns the kind's name, such as "SessionLeaseShortened".
 func (k EventKind) String() string {
@@ -71,7 +77,7 @@ type Event struct {
 	Token uint64
 	// Reason is why the term ended (TermRevoked).
 	Reason term.RevokeReason
-	// Err is the failure behind SessionSuspended.
+	// Err is the failure behind SessionSuspended or BackendContractViolation.
 	Err error
 }
 
@@ -91,6 +97,8 @@ func LogEvents(l *slog.Logger) Listener {
 			level = slog.LevelDebug
 		case SessionSuspended, SessionDeadlinePassed, SessionExpired, SessionLeaseShortened:
 			level = slog.LevelWarn
+		case BackendContractViolation:
+			level = slog.LevelError
 		}
 		if !l.Enabled(context.Background(), level) {
 			return

@@ -20,6 +20,10 @@ var (
 	ErrWouldBlockSelf = errors.New("simba: would wait for itself (called from a callback or leader task)")
 	// ErrAlreadyStarted: the name is already claimed on this session.
 	ErrAlreadyStarted = errors.New("simba: name already started on this session")
+	// ErrContractViolation: a backend reply broke the SPI's contract. The
+	// engine treats it as a failed call and publishes
+	// BackendContractViolation.
+	ErrContractViolation = errors.New("simba: backend reply breaks the contract")
 )
 
 // Session is a node's one session on a backend: its liveness, renewed by one
@@ -49,9 +53,11 @@ type Session struct {
 	renewEvery time.Duration
 	seq        uint64
 	claims     map[string]*Claim
-	order      []*Claim // claims in registration order, for deterministic batches
+	tokens     map[string]uint64 // highest token of any term made per name: a later term's must exceed it
+	order      []*Claim          // claims in registration order, for deterministic batches
 	openFails  int
 	acquiring  bool
+	holdPump   bool // WantAll is queueing claims: one Acquire when it is done
 	releasing  bool
 	releaseQ   []pendingRelease
 	candidate  timer
@@ -130,6 +136,7 @@ func New(b Backend, opts ...Option) (*Session, error) {
 		closed:    make(chan struct{}),
 		state:     Opening,
 		claims:    make(map[string]*Claim),
+		tokens:    make(map[string]uint64),
 	}
 	s.renewEvery = s.cfg.RenewInterval
 	if bc, ok := b.(Broadcaster); ok {
@@ -241,6 +248,7 @@ func (s *Session) Close() error {
 		inc.life.end()
 		s.stopTimer(&inc.renew)
 		s.stopTimer(&inc.deadline)
+		s.inc = nil // ID is empty once Closed
 		s.emit(Event{Kind: SessionClosed, Session: inc.id})
 	} else {
 		s.emit(Event{Kind: SessionClosed})
