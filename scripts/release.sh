@@ -64,7 +64,7 @@ check_requires() {
     while read -r path ver; do
       [ -n "$path" ] || continue
       released | grep -qx "$path" || { echo "release: $d/go.mod requires $path, which is not released (not in $VERSIONS module-sets)" >&2; fail=1; }
-      [ "$ver" = "$want" ] || { echo "release: $d/go.mod requires $path $ver, want $want (run scripts/release.sh $want, or set it by hand)" >&2; fail=1; }
+      [ "$ver" = "$want" ] || { echo "release: $d/go.mod requires $path $ver, want $want (fix: scripts/release.sh bump $want)" >&2; fail=1; }
     done < <(sibling_requires "$d/go.mod")
   done
   [ $fail = 0 ] || exit 1
