@@ -108,6 +108,7 @@ type simNode struct {
 	pausedUntil int64
 	crashed     bool
 	s           *session.Session
+	client      *memory.Backend
 	g           *Group
 	rejoining   bool
 	open        map[int]*term.Term // partitions with OnAssigned and no OnRevoked yet
@@ -284,7 +285,8 @@ func (w *sim) addNode() *simNode {
 	if w.rng.IntN(3) == 0 {
 		n.rate = 1 - dev
 	}
-	s, err := session.New(simBackend{w.backend.NewClient(), n},
+	n.client = w.backend.NewClient()
+	s, err := session.New(simBackend{n.client, n},
 		session.WithEnv(nodeEnv{n}), session.WithConfig(deadline.Config{Drift: w.cfg.drift}), session.WithLogger(nil),
 		session.WithListener(func(e session.Event) { w.sessionEvent(n, e) }))
 	if err != nil {
