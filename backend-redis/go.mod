@@ -4,16 +4,16 @@ go 1.25.0
 
 require (
 	github.com/redis/go-redis/v9 v9.22.0
-	github.com/simba-go/simba/deadline v0.0.0
-	github.com/simba-go/simba/election v0.0.0
-	github.com/simba-go/simba/session v0.0.0
-	github.com/simba-go/simba/term v0.0.0
+	github.com/simba-go/simba/deadline v0.1.0
+	github.com/simba-go/simba/election v0.1.0
+	github.com/simba-go/simba/session v0.1.0
+	github.com/simba-go/simba/term v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/simba-go/simba/internal v0.0.0
+	github.com/simba-go/simba/internal v0.1.0
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/sys v0.30.0 // indirect
 )

@@ -120,6 +120,7 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 		parts:    make([]*part, partitions),
 	}
 	g.spawn = g.goTask
+	g.queue.owner = g
 	c, err := eng.Claim(g.memberName(), memberHandler{g})
 	if err != nil {
 		return nil, fmt.Errorf("simba: join group %q: %w", name, err)
@@ -127,6 +128,7 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 	g.member = c
 	closed := false
 	eng.Do(func() {
+		c.SetOwner(g)
 		if closed = g.closed; !closed {
 			c.Want(true)
 		}
@@ -271,7 +273,7 @@ func (g *Group) Leave(ctx context.Context) error {
 		return nil
 	default:
 	}
-	if g.eng.InCallback(ctx) {
+	if g.eng.WouldWaitForSelf(ctx, g) {
 		return ErrWouldBlockSelf
 	}
 	select {
@@ -494,6 +496,7 @@ func (g *Group) claim(pts []*part) {
 				continue
 			}
 			pt.c = cs[i]
+			pt.c.SetOwner(g) // the partition's callbacks and tasks are the group's
 			if pt.want && !g.closed && g.leaving == nil {
 				ready = append(ready, pt.c)
 			} else {
@@ -507,7 +510,7 @@ func (g *Group) claim(pts []*part) {
 
 // goTask runs a task on a session goroutine under the term's context.
 func (g *Group) goTask(p int, t *term.Term, task Task, done func()) {
-	g.eng.Go(func() {
+	g.eng.Go(g, func() {
 		defer done()
 		_ = task(t.Context(), p, t)
 	})

@@ -16,8 +16,9 @@ import (
 // function called instead. After shut, pushes are dropped: nothing is
 // delivered once Leave has completed.
 type serial struct {
-	eng  layer.Engine
-	exec election.Executor
+	eng   layer.Engine
+	exec  election.Executor
+	owner any // the group: whose callbacks these are, for self-waits
 
 	mu      sync.Mutex
 	items   []item
@@ -59,14 +60,15 @@ func (q *serial) drain() {
 		q.items = q.items[1:]
 		q.mu.Unlock()
 		if it.refused == nil {
-			q.eng.Inside(it.run)
+			it.run() // an internal step: engine code, never waits
 			continue
 		}
 		var turn atomic.Int32 // 1: the executor returned first; 2: the item finished first
 		release := q.eng.Hold()
+		_, loop := q.exec.(election.Direct)
 		err := q.exec.Execute(func() {
 			defer release()
-			q.eng.Inside(it.run)
+			q.eng.Inside(q.owner, loop, it.run)
 			if !turn.CompareAndSwap(0, 2) {
 				q.drain()
 			}

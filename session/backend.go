@@ -26,6 +26,10 @@ type InspectRequest = driver.InspectRequest
 // holder's session and owner, and the time that session has left.
 type Holder = driver.Holder
 
+// Notice is a hint that a lease may have become free, as
+// [Session.WatchNotices] passes it on from the backend.
+type Notice = driver.Notice
+
 // Errors shared with the backends: the same values as package driver's,
 // so errors.Is matches either name.
 var (

@@ -22,6 +22,7 @@ type claim struct {
 	attempt uint64 // the attempt in flight, 0 if none
 	held    *held
 	dropped bool
+	owner   any // whose callbacks and tasks this claim's are, for self-waits; nil: the claim's own
 }
 
 // held is a lease the session holds for a claim: its term, valid or
@@ -55,6 +56,20 @@ func (s *Session) register(name string, h layer.ClaimHandler) (*claim, error) {
 	s.claims[name] = c
 	s.order = append(s.order, c)
 	return c, nil
+}
+
+// SetOwner makes key (a group of claims, for instance) the owner of the
+// claim's callbacks and tasks for the self-wait rule
+// (wouldWaitForSelf): a term's context then names key. By
+// default a claim owns its own. Call it before the claim wins a term.
+func (c *claim) SetOwner(key any) { c.owner = key }
+
+// ownerKey is the claim's owner for self-waits.
+func (c *claim) ownerKey() any {
+	if c.owner != nil {
+		return c.owner
+	}
+	return c
 }
 
 // kind is what the claim's handler calls itself in Snapshot, or "".

@@ -29,12 +29,15 @@ func (h hooks) Claim(name string, ch layer.ClaimHandler) (layer.Claim, error) {
 	return c, nil
 }
 
-func (h hooks) Do(f func())                         { h.s.do(f) }
-func (h hooks) Defer(f func())                      { h.s.deferFn(f) }
-func (h hooks) Go(f func())                         { h.s.goOwn(f) }
-func (h hooks) Hold() func()                        { return h.s.hold() }
-func (h hooks) Inside(f func())                     { h.s.runInside(f) }
-func (h hooks) InCallback(ctx context.Context) bool { return h.s.inCallback(ctx) }
+func (h hooks) Do(f func())                           { h.s.do(f) }
+func (h hooks) Defer(f func())                        { h.s.deferFn(f) }
+func (h hooks) Go(owner any, f func())                { h.s.goOwn(owner, f) }
+func (h hooks) Hold() func()                          { return h.s.hold() }
+func (h hooks) Inside(owner any, loop bool, f func()) { h.s.runInside(owner, loop, f) }
+
+func (h hooks) WouldWaitForSelf(ctx context.Context, owner any) bool {
+	return h.s.wouldWaitForSelf(ctx, owner)
+}
 
 func (h hooks) AfterFunc(d time.Duration, f func()) func() bool {
 	return h.s.env.AfterFunc(d, f)

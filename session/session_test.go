@@ -656,7 +656,7 @@ func TestCloseFromATaskWhileAnotherCloseWaitsDoesNotDeadlock(t *testing.T) {
 		_, r := f.claim("jobs")
 		tm := r.terms()[0]
 		inner := make(chan error, 1)
-		layer.MustOf(f.s).Go(func() {
+		layer.MustOf(f.s).Go(nil, func() {
 			<-tm.Done()
 			inner <- f.s.Close()
 		})

@@ -82,6 +82,11 @@ type Claim interface {
 	// Drop unregisters the claim, releasing its lease if one is held. The
 	// name can be claimed again afterwards.
 	Drop()
+	// SetOwner makes key (a group of claims, for instance) the owner of the
+	// claim's callbacks and tasks for the self-wait rule
+	// (Engine.WouldWaitForSelf): a term's context then names key. By
+	// default a claim owns its own. Call it before the claim wins a term.
+	SetOwner(key any)
 }
 
 // Engine is the hook side of one session.
@@ -97,19 +102,26 @@ type Engine interface {
 	// Defer runs f after the engine's lock is released, after everything
 	// deferred before it. Lock held.
 	Defer(f func())
-	// Go runs f on a goroutine of the session's Env, counted by Close and
-	// recognised as the session's own.
-	Go(f func())
+	// Go runs f, a leader task of owner (a claim or a claim's owner key;
+	// nil: the whole session's), on a goroutine of the session's Env,
+	// counted by Close and recognised as owner's (so that blocking calls
+	// made from f do not wait for f).
+	Go(owner any, f func())
 	// Hold makes Close wait until release is called (unless Close is called
 	// from the session's own callbacks or tasks).
 	Hold() (release func())
-	// Inside runs f marked as the session's own code: blocking calls made
-	// from f do not wait for work that f itself may be delaying.
-	Inside(f func())
-	// InCallback reports whether the calling goroutine is running one of
-	// the session's callbacks or tasks, or ctx was handed out by the
-	// session (a term's context).
-	InCallback(ctx context.Context) bool
+	// Inside runs f, a user callback of owner (a claim or a claim's owner
+	// key; nil: the whole session's), marked as such: blocking calls made
+	// from f without a context do not wait for work that f itself delays.
+	// loop says f runs on the delivery loop (a Direct executor).
+	Inside(owner any, loop bool, f func())
+	// WouldWaitForSelf reports whether a wait for owner's handovers (owner:
+	// a claim or a claim's owner key; nil: the whole session) would wait
+	// for the caller itself: ctx was handed out for a term of owner, or the
+	// calling goroutine runs owner's callback or task, or a callback on the
+	// delivery loop. Blocking calls use it to avoid deadlocking on
+	// themselves.
+	WouldWaitForSelf(ctx context.Context, owner any) bool
 	// AfterFunc runs f once, d from now, on the session's clock (virtual
 	// time under a simulated Env), unless stop is called first.
 	AfterFunc(d time.Duration, f func()) (stop func() bool)
