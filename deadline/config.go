@@ -83,7 +83,9 @@ func (c Config) WithDefaults() Config {
 // The rules: durations are positive; drift is in [0, 0.5);
 // RenewInterval × 2 ≤ LeaseDuration (two renewal attempts fit before the
 // deadline); LeaseDuration × (1 − Drift) − Margin > RenewInterval (otherwise
-// every term would end before the next renewal).
+// every term would end before the next renewal); MinBackoff < LeaseDuration
+// × (1 − Drift) − Margin − RenewInterval (a renewal that fails when due can
+// be retried before the deadline).
 func (c Config) Validate() error {
 	c = c.WithDefaults()
 	bad := func(format string, args ...any) error {
@@ -105,9 +107,16 @@ func (c Config) Validate() error {
 	case c.RenewInterval > c.LeaseDuration/2 || 2*c.RenewInterval > c.LeaseDuration:
 		return bad("RenewInterval × 2 ≤ LeaseDuration does not hold: 2 × %v > %v", c.RenewInterval, c.LeaseDuration)
 	}
-	if v := c.Validity(c.LeaseDuration); v <= c.RenewInterval {
+	v := c.Validity(c.LeaseDuration)
+	if v <= c.RenewInterval {
 		return bad("LeaseDuration × (1 − Drift) − Margin > RenewInterval does not hold: %v × %v − %v = %v ≤ %v",
 			c.LeaseDuration, 1-c.Drift, c.Margin, v, c.RenewInterval)
+	}
+	// A renewal that fails when due leaves v − RenewInterval until the
+	// deadline; a retry must fit in it, or one failure ends every term.
+	if c.MinBackoff >= v-c.RenewInterval {
+		return bad("MinBackoff < LeaseDuration × (1 − Drift) − Margin − RenewInterval does not hold: %v ≥ %v − %v",
+			c.MinBackoff, v, c.RenewInterval)
 	}
 	return nil
 }

@@ -51,6 +51,9 @@ func TestValidate(t *testing.T) {
 		{"negative margin", Config{Margin: -2}, "Margin must not be negative"},
 		{"negative jitter", Config{RetryJitter: -time.Second}, "RetryJitter must not be negative"},
 		{"negative backoff", Config{MinBackoff: -time.Second}, "MinBackoff must be positive"},
+		// Defect 9 of issue 9: a MinBackoff longer than what is left after a
+		// failed renewal means one failure ends every term.
+		{"backoff longer than the validity", Config{MinBackoff: 10 * time.Second}, "MinBackoff < LeaseDuration × (1 − Drift) − Margin − RenewInterval"},
 		{"lease too short for a renewal period", Config{LeaseDuration: 2, Drift: Zero, Margin: Zero}, "RenewInterval must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,8 +9,23 @@ import (
 // clock) stays valid on the node's clock: remaining × (1 − Drift) − Margin.
 // It is negative when the grant is too short to trust at all. c must have
 // its defaults applied.
+//
+// remaining is first clamped to [0, LeaseDuration]: no backend may grant
+// more than was asked for, and a reply that claims so (or a negative grant,
+// whose product could wrap around) must never lengthen a life. The engine
+// refuses such replies before they get here (see [Config.GrantOK]); the
+// clamp is the arithmetic's own guard.
 func (c Config) Validity(remaining time.Duration) time.Duration {
+	remaining = min(max(remaining, 0), c.LeaseDuration)
 	return time.Duration(math.Floor(float64(remaining)*(1-c.Drift))) - c.Margin
+}
+
+// GrantOK reports whether a backend's grant of remaining is one the
+// contract allows: not negative, and not more than the LeaseDuration asked
+// for. A reply outside it is a contract violation, to be treated as a
+// failed call, never as a longer life.
+func (c Config) GrantOK(remaining time.Duration) bool {
+	return remaining >= 0 && remaining <= c.LeaseDuration
 }
 
 // Deadline is the node's local deadline after a renewal sent at sentAt (a

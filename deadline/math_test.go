@@ -1,6 +1,7 @@
 package deadline
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -124,5 +125,26 @@ func TestDeadlinePropertyCanFail(t *testing.T) {
 	local := c.Deadline(at(100*nodeRate), remaining)
 	if trueDeadline := local.Sub(at(0)).Seconds() / nodeRate; trueDeadline <= trueExpiry {
 		t.Fatalf("a node 5%% slow with drift 1%% kept its deadline (%.3f) before expiry (%.3f); the property test would be blind", trueDeadline, trueExpiry)
+	}
+}
+
+// Defect 2 of issue 9: with Drift zero, Validity(math.MinInt64) wrapped to
+// about +292 years. A grant is clamped to [0, LeaseDuration] and the
+// arithmetic saturates: no reply, however absurd, lengthens a life beyond
+// the lease asked for.
+func TestValidityIsClampedToTheLease(t *testing.T) {
+	for _, c := range []Config{defaults, Config{Drift: Zero, Margin: Zero}.WithDefaults()} {
+		for _, remaining := range []time.Duration{math.MinInt64, -time.Second, 0, c.LeaseDuration, math.MaxInt64, 1000 * c.LeaseDuration} {
+			v := c.Validity(remaining)
+			if v > c.Validity(c.LeaseDuration) {
+				t.Errorf("drift %v margin %v: Validity(%v) = %v, more than a full lease's %v", c.Drift, c.Margin, remaining, v, c.Validity(c.LeaseDuration))
+			}
+			if remaining <= 0 && v > 0 {
+				t.Errorf("drift %v margin %v: Validity(%v) = %v, want ≤ 0 for a grant of nothing", c.Drift, c.Margin, remaining, v)
+			}
+			if d := c.Deadline(at(100), remaining); d.After(at(100).Add(c.Validity(c.LeaseDuration))) || d.Before(at(100).Add(-c.Margin)) {
+				t.Errorf("drift %v: Deadline(100s, %v) = %v, outside [sent − margin, sent + a full lease's validity]", c.Drift, remaining, d.Sub(at(0)))
+			}
+		}
 	}
 }

@@ -214,6 +214,11 @@ func (e *Election) refused(t *term.Term, err error) {
 		}
 		e.term = nil
 		e.c.Release(term.SteppedDown, nil)
+		if e.oneTerm { // single-term is terminal: no cooldown, no second term
+			e.status = Stopped
+			e.c.Drop()
+			return
+		}
 		e.enterCooldown(e.s.Config().LeaseDuration)
 	})
 }
@@ -252,13 +257,19 @@ func (e *Election) Closed() {
 
 // revoked queues OnRevoked for a term, unless its OnElected was refused.
 // Lock held.
+//
+// An executor that accepted OnElected and refuses its OnRevoked would leave
+// the listener believing it still leads: the refused OnRevoked is run
+// instead on the goroutine delivering it (as with Direct), in its place in
+// the queue, so callbacks stay paired and ordered.
 func (e *Election) revoked(ts *termState, reason term.RevokeReason) {
+	run := func() {
+		if !ts.refused.Load() {
+			e.listener.OnRevoked(ts.t, reason)
+		}
+	}
 	e.s.Defer(func() {
-		e.queue.push(item{run: func() {
-			if !ts.refused.Load() {
-				e.listener.OnRevoked(ts.t, reason)
-			}
-		}, refused: func(error) {}})
+		e.queue.push(item{run: run, refused: func(error) { e.s.Inside(run) }})
 	})
 }
 
@@ -361,7 +372,16 @@ func (e *Election) stepDown(cooldown time.Duration) (done <-chan struct{}, stopp
 		finish := func() {
 			e.s.Defer(func() { e.queue.whenIdle(func() { close(ch) }) })
 		}
-		e.enterCooldown(cooldown)
+		if e.oneTerm {
+			// Single-term is terminal: the term handed over, the name is
+			// released for good, with no cooldown to come back from.
+			e.status = Stopped
+			e.c.Want(false)
+			end := finish
+			finish = func() { e.c.Drop(); end() }
+		} else {
+			e.enterCooldown(cooldown)
+		}
 		if !e.handOver(term.SteppedDown, finish) {
 			finish()
 		}

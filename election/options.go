@@ -111,7 +111,8 @@ func OnRefused(f func(err error)) Option { return func(o *options) { o.onRefuse 
 func OnAttempt(f func(err error)) Option { return func(o *options) { o.onAttempt = f } }
 
 // SingleTerm makes the election take only one term: when it ends, for any
-// reason, the election stops and its name is released for good. Package
+// reason (also StepDown, and an executor refusing its OnElected), the
+// election stops and its name is released for good. Package
 // lock is built on it; kind names the entry in Snapshot (e.g. "lock").
 func SingleTerm(kind string) Option {
 	return func(o *options) { o.oneTerm, o.kind = true, kind }

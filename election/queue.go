@@ -9,8 +9,11 @@ import (
 )
 
 // Executor runs callbacks. Execute may refuse a callback by returning an
-// error (a saturated pool, a shutting-down runtime); the callback then does
-// not run.
+// error (a saturated pool, a shutting-down runtime). A refused OnElected
+// does not run (the election steps down, and that term's OnRevoked is not
+// delivered either); a refused OnRevoked of a term whose OnElected ran is
+// run anyway, on the goroutine delivering it, so that the listener always
+// learns that its term ended.
 type Executor interface {
 	Execute(f func()) error
 }

@@ -118,7 +118,7 @@ func TestApplyEnv(t *testing.T) {
 		"SIMBA_SESSION_DRIFT":          "0.02",
 		"SIMBA_SESSION_MARGIN":         "10ms",
 		"SIMBA_SESSION_RETRY_JITTER":   "0",
-		"SIMBA_SESSION_MIN_BACKOFF":    "1m",
+		"SIMBA_SESSION_MIN_BACKOFF":    "3s",
 		"SIMBA_SESSION_UNKNOWN":        "ignored",
 	}
 	c, err := base.ApplyEnv(func(k string) (string, bool) { v, ok := vars[k]; return v, ok })
@@ -130,7 +130,7 @@ func TestApplyEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := deadline.Config{LeaseDuration: 12 * time.Second, RenewInterval: 4 * time.Second, Drift: 0.02,
-		Margin: 10 * time.Millisecond, RetryJitter: 2 * time.Second, MinBackoff: time.Minute}
+		Margin: 10 * time.Millisecond, RetryJitter: 2 * time.Second, MinBackoff: 3 * time.Second}
 	if got := d.WithDefaults(); got != want {
 		t.Fatalf("after ApplyEnv: %+v, want %+v (empty and zero values take defaults)", got, want)
 	}

@@ -1,3 +1,19 @@
 module github.com/simba-go/simba/group
 
 go 1.25.0
+
+require (
+	github.com/simba-go/simba/deadline v0.0.0
+	github.com/simba-go/simba/election v0.0.0
+	github.com/simba-go/simba/session v0.0.0
+	github.com/simba-go/simba/term v0.0.0
+	go.uber.org/goleak v1.3.0
+)
+
+replace github.com/simba-go/simba/session => ../session
+
+replace github.com/simba-go/simba/term => ../term
+
+replace github.com/simba-go/simba/deadline => ../deadline
+
+replace github.com/simba-go/simba/election => ../election

@@ -11,6 +11,7 @@ require (
 	github.com/simba-go/simba/backend-zk v0.0.0
 	github.com/simba-go/simba/deadline v0.0.0
 	github.com/simba-go/simba/election v0.0.0
+	github.com/simba-go/simba/group v0.0.0
 	github.com/simba-go/simba/lock v0.0.0
 	github.com/simba-go/simba/session v0.0.0
 	github.com/simba-go/simba/term v0.0.0
@@ -45,3 +46,5 @@ replace github.com/simba-go/simba/backend-sql => ../backend-sql
 replace github.com/simba-go/simba/backend-redis => ../backend-redis
 
 replace github.com/simba-go/simba/backend-zk => ../backend-zk
+
+replace github.com/simba-go/simba/group => ../group

@@ -1,9 +1,12 @@
 package lock_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -262,6 +265,34 @@ func TestTryAcquireWaitsForALiveSession(t *testing.T) {
 			}
 		case <-time.After(time.Minute):
 			t.Fatal("TryAcquire did not attempt once the session was LIVE again")
+		}
+	})
+}
+
+// A session logging at Info (the default level) writes no line per lock
+// acquisition: a lock's terms are logged at Debug.
+func TestLockTermsAreNotLoggedAtInfo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		l := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		b, _ := memory.New()
+		s, err := session.Open(context.Background(), b, session.WithLogger(l))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		h, err := lock.TryAcquire(context.Background(), s, "nightly")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(buf.String(), "Term") {
+			t.Fatalf("a lock's terms were logged at Info:\n%s", buf.String())
+		}
+		if !strings.Contains(buf.String(), "SessionOpened") {
+			t.Fatalf("the session's life is not logged at Info:\n%s", buf.String())
 		}
 	})
 }

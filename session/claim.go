@@ -90,6 +90,15 @@ func (s *Session) Claim(name string, h ClaimHandler) (*Claim, error) {
 	return c, nil
 }
 
+// kind is what the claim's handler calls itself in Snapshot, or "".
+func (c *Claim) kind() string {
+	if d, ok := c.h.(Describer); ok {
+		k, _ := d.Describe()
+		return k
+	}
+	return ""
+}
+
 // Name is the claimed lease name.
 func (c *Claim) Name() string { return c.name }
 
@@ -113,6 +122,23 @@ func (c *Claim) Want(want bool) {
 		c.s.pumpAcquire()
 	}
 	c.s.armCandidate()
+}
+
+// WantAll is Want(true) for every claim in cs, all of them registered on
+// one session: the attempts of claims not yet holding a lease leave in one
+// backend call (Want alone would send the first at once, and the rest in a
+// second call when it returns). A group taking many partitions uses it.
+func WantAll(cs []*Claim) {
+	if len(cs) == 0 {
+		return
+	}
+	s := cs[0].s
+	s.holdPump = true
+	for _, c := range cs {
+		c.Want(true)
+	}
+	s.holdPump = false
+	s.pumpAcquire()
 }
 
 // Term is the current term, or nil. It may already be revoked while a

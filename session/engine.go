@@ -3,7 +3,9 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/simba-go/simba/term"
@@ -54,6 +56,10 @@ func (s *Session) open() {
 
 // opened starts a new incarnation from a successful Open.
 func (s *Session) opened(sentAt time.Time, r OpenReply) error {
+	if !s.cfg.GrantOK(r.Remaining) {
+		s.closeLater(r.ID)
+		return s.violation("Open granted %v for a lease of %v", r.Remaining, s.cfg.LeaseDuration)
+	}
 	life := newLifeline(s.env, s.cfg.Deadline(sentAt, r.Remaining))
 	if life.Remaining() <= 0 {
 		s.closeLater(r.ID)
@@ -128,6 +134,8 @@ func (s *Session) renew(inc *incarnation) {
 			s.expire(inc, term.SessionExpired)
 		case err != nil:
 			s.renewFailed(inc, err)
+		case !s.cfg.GrantOK(reply.Remaining):
+			s.renewFailed(inc, s.violation("Renew granted %v for a lease of %v", reply.Remaining, s.cfg.LeaseDuration))
 		default:
 			s.renewed(inc, sentAt, sentSeq, reply)
 		}
@@ -287,7 +295,7 @@ func (s *Session) revoke(c *Claim, h *held, reason term.RevokeReason) {
 	}
 	h.revoked = true
 	h.revokeFn(reason)
-	s.emit(Event{Kind: TermRevoked, Session: h.inc.id, Name: c.name, Token: h.token, Reason: reason})
+	s.emit(Event{Kind: TermRevoked, Session: h.inc.id, Name: c.name, Token: h.token, Reason: reason, ClaimKind: c.kind()})
 }
 
 // armCandidate keeps the candidate tick running while a claim wants a
@@ -322,7 +330,7 @@ func (s *Session) armCandidate() {
 // flight (its reply sends the next): batches form by themselves.
 func (s *Session) pumpAcquire() {
 	inc := s.inc
-	if s.acquiring || inc == nil || inc.over || s.state != Live {
+	if s.acquiring || s.holdPump || inc == nil || inc.over || s.state != Live {
 		return
 	}
 	var names []string
@@ -368,13 +376,13 @@ func (s *Session) pumpAcquire() {
 			}
 		case failure != nil:
 		default:
-			s.acquired(inc, attempt, reply)
+			s.acquired(inc, attempt, names, reply)
 		}
 		s.pumpAcquire()
 		s.armCandidate()
 	}, func() {
 		if err == nil {
-			s.acquired(inc, attempt, reply) // no attempt is current: wins are released
+			s.acquired(inc, attempt, names, reply) // no attempt is current: wins are released
 		}
 	})
 }
@@ -382,14 +390,59 @@ func (s *Session) pumpAcquire() {
 // acquired turns won leases into terms, under the three rules of
 // "Becoming leader": the reply belongs to the current attempt, it arrived
 // before the local deadline, and its token is higher than every token this
-// session released for the name. A win that cannot become a term is
-// released.
-func (s *Session) acquired(inc *incarnation, attempt uint64, r AcquireReply) {
+// session released for the name (and than every term this Session made
+// for it, across backend sessions and takeovers). A win that cannot become
+// a term is released.
+//
+// A reply that does not answer each name asked exactly once breaks the
+// contract: a name it leaves out or answers twice is refused for this tick
+// (a lease it may have granted is released, by token, or by the next
+// renewal's owned list); a name nobody asked about is ignored, never
+// released, since it may be a lease another claim's live term holds.
+func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r AcquireReply) {
 	s.seq++
 	confirmed := s.seq
+	answers := make(map[string]int, len(names))
+	for _, n := range names {
+		answers[n] = 0
+	}
+	var bad []string
 	for _, res := range r.Results {
+		n, asked := answers[res.Name]
+		if !asked {
+			bad = append(bad, fmt.Sprintf("%q not asked for", res.Name))
+			continue
+		}
+		answers[res.Name] = n + 1
+	}
+	for _, n := range names {
+		switch answers[n] {
+		case 0:
+			bad = append(bad, fmt.Sprintf("%q not answered", n))
+		case 1:
+		default:
+			bad = append(bad, fmt.Sprintf("%q answered %d times", n, answers[n]))
+		}
+	}
+	var violation error
+	if len(bad) > 0 {
+		violation = s.violation("Acquire reply: %s", strings.Join(bad, ", "))
+		for _, n := range names {
+			if c := s.claims[n]; c != nil && c.attempt == attempt && answers[n] != 1 {
+				c.attempt = 0
+				if r, ok := c.h.(Refusals); ok {
+					r.Refused(violation)
+				}
+			}
+		}
+	}
+	for _, res := range r.Results {
+		n, asked := answers[res.Name]
+		if !asked {
+			continue
+		}
 		c := s.claims[res.Name]
-		current := c != nil && c.attempt == attempt
+		current := c != nil && c.attempt == attempt && n == 1
 		if current {
 			c.attempt = 0
 		}
@@ -404,16 +457,17 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, r AcquireReply) {
 		if c != nil && c.held != nil && c.held.inc == inc && c.held.token == res.Token {
 			continue // a duplicate of the reply that made this term
 		}
-		stale := !current || inc.over || inc != s.inc || res.Token <= inc.released[res.Name] || !c.want
+		stale := !current || inc.over || inc != s.inc || res.Token <= inc.released[res.Name] || res.Token <= s.tokens[res.Name] || !c.want
 		if stale || inc.life.Remaining() <= 0 {
 			if !inc.over && res.Token > inc.released[res.Name] {
 				s.release(inc, Lease{Name: res.Name, Token: res.Token}, nil)
 			}
 			continue
 		}
+		s.tokens[res.Name] = res.Token
 		t, revokeFn := term.New(context.WithValue(s.root, markerKey{}, s), res.Name, res.Token, inc.life)
 		c.held = &held{t: t, revokeFn: revokeFn, token: res.Token, inc: inc, confirmed: confirmed}
-		s.emit(Event{Kind: TermElected, Session: inc.id, Name: res.Name, Token: res.Token})
+		s.emit(Event{Kind: TermElected, Session: inc.id, Name: res.Name, Token: res.Token, ClaimKind: c.kind()})
 		c.h.Won(t)
 	}
 }
@@ -482,4 +536,12 @@ func (s *Session) notice(n Notice) {
 	s.pumpAcquire()
 	s.mu.Unlock()
 	s.drain()
+}
+
+// violation publishes a backend reply that broke the contract and returns
+// the error to treat it as a failed call with. Lock held.
+func (s *Session) violation(format string, args ...any) error {
+	err := fmt.Errorf("%w: "+format, append([]any{ErrContractViolation}, args...)...)
+	s.emit(Event{Kind: BackendContractViolation, Err: err})
+	return err
 }

@@ -37,10 +37,16 @@ const (
 	TermElected
 	// TermRevoked: a term ended (Name, Token, Reason).
 	TermRevoked
+	// BackendContractViolation: a backend reply broke the SPI's contract (a
+	// grant outside [0, the lease asked for]; an acquisition reply with a
+	// missing, duplicated or unasked-for name). Err wraps
+	// ErrContractViolation and says what; the reply was treated as a failed
+	// call, never as a longer life or a win.
+	BackendContractViolation
 )
 
 var kindNames = [...]string{"", "SessionOpened", "SessionRenewed", "SessionSuspended", "SessionDeadlinePassed",
-	"SessionExpired", "SessionClosed", "SessionLeaseShortened", "TermElected", "TermRevoked"}
+	"SessionExpired", "SessionClosed", "SessionLeaseShortened", "TermElected", "TermRevoked", "BackendContractViolation"}
 
 // String returns the kind's name, such as "SessionLeaseShortened".
 func (k EventKind) String() string {
@@ -69,9 +75,13 @@ type Event struct {
 	// Name and Token identify the term (TermElected, TermRevoked).
 	Name  string
 	Token uint64
+	// ClaimKind is what the term belongs to, as its claim's [Describer]
+	// names it ("election", "lock", ...; TermElected, TermRevoked), empty
+	// if the claim does not describe itself.
+	ClaimKind string
 	// Reason is why the term ended (TermRevoked).
 	Reason term.RevokeReason
-	// Err is the failure behind SessionSuspended.
+	// Err is the failure behind SessionSuspended or BackendContractViolation.
 	Err error
 }
 
@@ -80,40 +90,61 @@ type Event struct {
 // quickly and must not wait for the session.
 type Listener func(Event)
 
-// LogEvents returns a Listener that logs events through l: warnings for
-// suspension, deadline passed, expiry and shortened leases, info for terms
-// and session changes, debug for renewals.
+// LogEvents returns a Listener that logs events through l: errors for
+// backend contract violations; warnings for suspension, deadline passed,
+// expiry and shortened leases; info for session changes and for the terms
+// of elections; debug for renewals and for the terms of locks (one per
+// acquisition: a lock-heavy service would otherwise log two lines per
+// lock).
 func LogEvents(l *slog.Logger) Listener {
 	return func(e Event) {
-		level := slog.LevelInfo
-		switch e.Kind {
-		case SessionRenewed:
-			level = slog.LevelDebug
-		case SessionSuspended, SessionDeadlinePassed, SessionExpired, SessionLeaseShortened:
-			level = slog.LevelWarn
+		if l.Enabled(context.Background(), eventLevel(e)) {
+			logEvent(l, e)
 		}
-		if !l.Enabled(context.Background(), level) {
-			return
-		}
-		attrs := []slog.Attr{slog.String("session", string(e.Session)), slog.String("state", e.State.String())}
-		switch e.Kind {
-		case TermElected, TermRevoked:
-			attrs = append(attrs, slog.String("name", e.Name), slog.Uint64("token", e.Token))
-			if e.Reason != 0 {
-				attrs = append(attrs, slog.String("reason", e.Reason.String()))
-			}
-		case SessionLeaseShortened:
-			attrs = append(attrs, slog.Duration("granted", e.Remaining), slog.Duration("renew_every", e.RenewEvery))
-		case SessionOpened, SessionRenewed:
-			attrs = append(attrs, slog.Duration("remaining", e.Remaining), slog.Duration("renew_every", e.RenewEvery))
-		}
-		if e.Err != nil {
-			attrs = append(attrs, slog.Any("err", e.Err))
-		}
-		msg := "simba: " + e.Kind.String()
-		if e.Kind == SessionLeaseShortened {
-			msg = "simba: backend grants a shorter lease than two renewal periods; renewing more often"
-		}
-		l.LogAttrs(context.Background(), level, msg, attrs...)
 	}
+}
+
+// eventLevel is the level LogEvents logs e at.
+func eventLevel(e Event) slog.Level {
+	switch e.Kind {
+	case SessionRenewed:
+		return slog.LevelDebug
+	case SessionSuspended, SessionDeadlinePassed, SessionExpired, SessionLeaseShortened:
+		return slog.LevelWarn
+	case BackendContractViolation:
+		return slog.LevelError
+	case TermElected, TermRevoked:
+		if e.ClaimKind == "lock" {
+			return slog.LevelDebug
+		}
+	}
+	return slog.LevelInfo
+}
+
+// logEvent logs e through l at its level; the caller checked the level is
+// enabled.
+func logEvent(l *slog.Logger, e Event) {
+	attrs := []slog.Attr{slog.String("session", string(e.Session)), slog.String("state", e.State.String())}
+	switch e.Kind {
+	case TermElected, TermRevoked:
+		attrs = append(attrs, slog.String("name", e.Name), slog.Uint64("token", e.Token))
+		if e.ClaimKind != "" {
+			attrs = append(attrs, slog.String("kind", e.ClaimKind))
+		}
+		if e.Reason != 0 {
+			attrs = append(attrs, slog.String("reason", e.Reason.String()))
+		}
+	case SessionLeaseShortened:
+		attrs = append(attrs, slog.Duration("granted", e.Remaining), slog.Duration("renew_every", e.RenewEvery))
+	case SessionOpened, SessionRenewed:
+		attrs = append(attrs, slog.Duration("remaining", e.Remaining), slog.Duration("renew_every", e.RenewEvery))
+	}
+	if e.Err != nil {
+		attrs = append(attrs, slog.Any("err", e.Err))
+	}
+	msg := "simba: " + e.Kind.String()
+	if e.Kind == SessionLeaseShortened {
+		msg = "simba: backend grants a shorter lease than two renewal periods; renewing more often"
+	}
+	l.LogAttrs(context.Background(), eventLevel(e), msg, attrs...)
 }

@@ -20,6 +20,10 @@ var (
 	ErrWouldBlockSelf = errors.New("simba: would wait for itself (called from a callback or leader task)")
 	// ErrAlreadyStarted: the name is already claimed on this session.
 	ErrAlreadyStarted = errors.New("simba: name already started on this session")
+	// ErrContractViolation: a backend reply broke the SPI's contract. The
+	// engine treats it as a failed call and publishes
+	// BackendContractViolation.
+	ErrContractViolation = errors.New("simba: backend reply breaks the contract")
 )
 
 // Session is a node's one session on a backend: its liveness, renewed by one
@@ -35,6 +39,7 @@ type Session struct {
 	owner     Owner
 	b         Backend
 	env       Env
+	log       *slog.Logger // the event log, nil when off
 	listeners []Listener
 	root      context.Context
 	cancel    context.CancelFunc
@@ -49,9 +54,11 @@ type Session struct {
 	renewEvery time.Duration
 	seq        uint64
 	claims     map[string]*Claim
-	order      []*Claim // claims in registration order, for deterministic batches
+	tokens     map[string]uint64 // highest token of any term made per name: a later term's must exceed it
+	order      []*Claim          // claims in registration order, for deterministic batches
 	openFails  int
 	acquiring  bool
+	holdPump   bool // WantAll is queueing claims: one Acquire when it is done
 	releasing  bool
 	releaseQ   []pendingRelease
 	candidate  timer
@@ -110,12 +117,12 @@ func New(b Backend, opts ...Option) (*Session, error) {
 	if o.env == nil {
 		o.env = SystemEnv()
 	}
+	var log *slog.Logger
 	if !o.noLog {
-		l := o.logger
-		if l == nil {
-			l = slog.Default()
+		log = o.logger
+		if log == nil {
+			log = slog.Default()
 		}
-		o.listeners = append([]Listener{LogEvents(l)}, o.listeners...)
 	}
 	root, cancel := context.WithCancel(context.Background())
 	s := &Session{
@@ -123,6 +130,7 @@ func New(b Backend, opts ...Option) (*Session, error) {
 		owner:     o.owner,
 		b:         b,
 		env:       o.env,
+		log:       log,
 		listeners: o.listeners,
 		root:      root,
 		cancel:    cancel,
@@ -130,6 +138,7 @@ func New(b Backend, opts ...Option) (*Session, error) {
 		closed:    make(chan struct{}),
 		state:     Opening,
 		claims:    make(map[string]*Claim),
+		tokens:    make(map[string]uint64),
 	}
 	s.renewEvery = s.cfg.RenewInterval
 	if bc, ok := b.(Broadcaster); ok {
@@ -241,6 +250,7 @@ func (s *Session) Close() error {
 		inc.life.end()
 		s.stopTimer(&inc.renew)
 		s.stopTimer(&inc.deadline)
+		s.inc = nil // ID is empty once Closed
 		s.emit(Event{Kind: SessionClosed, Session: inc.id})
 	} else {
 		s.emit(Event{Kind: SessionClosed})
@@ -275,9 +285,12 @@ func (s *Session) Close() error {
 // returns.
 func (s *Session) Done() <-chan struct{} { return s.closed }
 
-// emit publishes e to the listeners after the lock is released. Lock held.
+// emit publishes e to the log and the listeners after the lock is
+// released. Nothing is built when nobody would see it: no listener, and
+// the log's level is above e's (a lock's terms are at Debug). Lock held.
 func (s *Session) emit(e Event) {
-	if len(s.listeners) == 0 {
+	logs := s.log != nil && s.log.Enabled(context.Background(), eventLevel(e))
+	if !logs && len(s.listeners) == 0 {
 		return
 	}
 	e.Time = s.env.Now()
@@ -289,6 +302,9 @@ func (s *Session) emit(e Event) {
 		e.RenewEvery = s.renewEvery
 	}
 	s.Defer(func() {
+		if logs {
+			logEvent(s.log, e)
+		}
 		for _, l := range s.listeners {
 			l(e)
 		}

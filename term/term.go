@@ -91,13 +91,13 @@ func (t *Term) Remaining() time.Duration {
 	return 0
 }
 
-// EnsureValid returns nil if the term will stay valid for more than min,
-// and otherwise an error matching [ErrExpired] (and, once the term has
+// EnsureValid returns nil if the term is valid and will stay valid for more
+// than min, and otherwise (always once the term has ended, whatever min) an error matching [ErrExpired] (and, once the term has
 // ended, its [RevokeReason]). Call it just before acting on a resource;
 // pass the fencing token along so the resource can refuse a late act.
 func (t *Term) EnsureValid(min time.Duration) error {
 	rem := t.Remaining()
-	if rem > min {
+	if rem > 0 && rem > min { // an ended term fails whatever min is, even a negative one
 		return nil
 	}
 	return &ExpiredError{Name: t.name, Token: t.token, Remaining: rem, Min: min, Reason: t.Reason()}

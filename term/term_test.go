@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -109,6 +110,12 @@ func TestEnsureValid(t *testing.T) {
 		t.Fatalf("EnsureValid(5s) with 5s left = %#v, want ErrExpired with Remaining 5s", err)
 	}
 	revoke(TakenOver)
+	// Defect 3 of issue 9: 0 > -1ms let an ended term pass.
+	for _, min := range []time.Duration{-time.Millisecond, math.MinInt64} {
+		if err := tm.EnsureValid(min); !errors.Is(err, ErrExpired) {
+			t.Fatalf("EnsureValid(%v) of an ended term = %v, want ErrExpired", min, err)
+		}
+	}
 	err = tm.EnsureValid(0)
 	if !errors.Is(err, ErrExpired) || !errors.Is(err, TakenOver) {
 		t.Fatalf("EnsureValid after TAKEN_OVER = %v, want ErrExpired and TakenOver", err)

@@ -1,7 +1,8 @@
 // Command simba-demo shows Simba at work with no server: three nodes in one
 // process elect a leader over the in-memory backend, hand leadership over
 // in order, fail over after a node is cut off, and take a lock whose
-// fencing token refuses a stale write. It prints a timeline and exits by
+// fencing token refuses a stale write, then share a partition group that
+// rebalances as members join and leave. It prints a timeline and exits by
 // itself in about twenty seconds.
 //
 //	make demo   # or: cd integration && go run ./cmd/simba-demo
@@ -163,6 +164,10 @@ func run(w io.Writer) error {
 	tl.say(c.name, "holds the lock, token %d; writes: %v", lc.Token(), store.write(lc.Token(), "report v2"))
 	tl.say(a.name, "a late write with old token %d (say, after a GC pause): %v", staleToken, store.write(staleToken, "report v1 (stale)"))
 	_ = lc.Close()
+
+	if err := demoGroup(tl, nodes); err != nil {
+		return err
+	}
 
 	tl.print("\n— done: every node closes its session, which releases every lease at once.\n")
 	for _, n := range nodes {

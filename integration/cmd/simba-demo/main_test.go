@@ -27,6 +27,11 @@ func TestDemo(t *testing.T) {
 		"OnRevoked  scheduler#2 reason DEADLINE_PASSED",
 		"OnElected  scheduler#3",
 		"REFUSED (token 1 < 2 already seen)",
+		"settled over node-a, node-b:",
+		"settled over node-a, node-b, node-c:",
+		"reason STEPPED_DOWN",
+		"Leave returned",
+		"settled over node-b, node-c:",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, text)

@@ -1,0 +1,545 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/election"
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/term"
+)
+
+// Errors of the group API.
+var (
+	// ErrInvalidGroup: the group's name, partition count or member ID
+	// breaks a rule; the error names it.
+	ErrInvalidGroup = errors.New("simba: invalid group")
+	// ErrWouldBlockSelf: Leave or Close was called from one of the group's
+	// own callbacks or tasks; the leave was started but not waited for.
+	ErrWouldBlockSelf = session.ErrWouldBlockSelf
+	// ErrNoInspector: the session's backend cannot list who holds leases,
+	// which a group needs to see its members.
+	ErrNoInspector = session.ErrNoInspector
+)
+
+// Limits of a group's shape, so that every lease name it makes is valid
+// (deadline.MaxNameLen) on every backend.
+const (
+	MaxPartitions  = 65536
+	MaxNameLen     = deadline.MaxNameLen - len(":m:") - maxMemberIDLen
+	maxMemberIDLen = 32
+)
+
+// Group is one member of a partition group: the members of a group (one
+// per session that joined it) share its partitions, each owned by exactly
+// one live member under its own lease and fencing token. Create it with
+// [Join]; every group lives and ends with its session.
+type Group struct {
+	s        *session.Session
+	name     string
+	n        int
+	id       string
+	listener Listener
+	tasks    []Task
+	onError  func(error)
+	queue    *serial
+	spawn    func(p int, t *term.Term, task Task, done func())
+	member   *session.Claim
+
+	// Guarded by the session's lock (session.Do).
+	joined     bool // the member record is held
+	closed     bool // the session closed
+	parts      []*part
+	leaving    chan struct{} // closed when Leave has completed
+	left       bool
+	handovers  int // voluntary handovers under way
+	pollStop   func() bool
+	pollGen    uint64 // the armed poll timer's generation
+	inspecting bool
+	members    []string // as the last poll saw them
+	polls      uint64
+}
+
+// Join makes the session a member of the group name, whose partitions are
+// numbered 0 to partitions-1: the member records itself under a lease of
+// its own (so it leaves when its session ends), polls the group's members
+// every candidate tick, and takes or gives back partitions so that each
+// live member owns ⌊N/m⌋ or ⌈N/m⌉ of them (see [Assign]).
+//
+// It fails with an error wrapping ErrInvalidGroup for a name that is not a
+// valid lease name, holds ':', or is longer than MaxNameLen, or a partition
+// count outside 1 to MaxPartitions; with ErrNoInspector if the backend
+// cannot list lease holders; with session.ErrAlreadyStarted if the session
+// already joined the group, and with session.ErrClosed after Close.
+func Join(s *session.Session, name string, partitions int, opts ...Option) (*Group, error) {
+	if err := validate(name, partitions); err != nil {
+		return nil, err
+	}
+	o := options{exec: election.Goroutines{}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.listener == nil {
+		o.listener = Funcs{}
+	}
+	if o.memberID == "" {
+		// From the session's Env: random in production, seeded in the
+		// simulation.
+		o.memberID = fmt.Sprintf("%013x", uint64(s.Env().Jitter()*(1<<52)))
+	} else if err := validateMemberID(o.memberID); err != nil {
+		return nil, err
+	}
+	if !s.CanInspect() {
+		return nil, fmt.Errorf("simba: join group %q: %w", name, ErrNoInspector)
+	}
+	g := &Group{
+		s:        s,
+		name:     name,
+		n:        partitions,
+		id:       o.memberID,
+		listener: o.listener,
+		tasks:    o.tasks,
+		onError:  o.onError,
+		queue:    &serial{s: s, exec: o.exec},
+		parts:    make([]*part, partitions),
+	}
+	g.spawn = g.goTask
+	c, err := s.Claim(g.memberName(), memberHandler{g})
+	if err != nil {
+		return nil, fmt.Errorf("simba: join group %q: %w", name, err)
+	}
+	g.member = c
+	closed := false
+	s.Do(func() {
+		if closed = g.closed; !closed {
+			c.Want(true)
+		}
+	})
+	if closed {
+		return nil, fmt.Errorf("simba: join group %q: %w", name, session.ErrClosed)
+	}
+	return g, nil
+}
+
+func validate(name string, partitions int) error {
+	if err := deadline.ValidateName(name); err != nil {
+		return fmt.Errorf("%w: name: %w", ErrInvalidGroup, err)
+	}
+	switch {
+	case strings.Contains(name, ":"):
+		return fmt.Errorf("%w: name %q holds ':', which separates the group's own lease names", ErrInvalidGroup, name)
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("%w: name is %d bytes long, longer than %d", ErrInvalidGroup, len(name), MaxNameLen)
+	case partitions < 1 || partitions > MaxPartitions:
+		return fmt.Errorf("%w: %d partitions (want 1 to %d)", ErrInvalidGroup, partitions, MaxPartitions)
+	}
+	return nil
+}
+
+func validateMemberID(id string) error {
+	if len(id) == 0 || len(id) > maxMemberIDLen {
+		return fmt.Errorf("%w: member ID %q (want 1 to %d characters)", ErrInvalidGroup, id, maxMemberIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: member ID %q has byte %q at offset %d (want [A-Za-z0-9_-])", ErrInvalidGroup, id, c, i)
+		}
+	}
+	return nil
+}
+
+// Name is the group's name.
+func (g *Group) Name() string { return g.name }
+
+// Partitions is the number of partitions of the group.
+func (g *Group) Partitions() int { return g.n }
+
+// MemberID is this member's ID in the group.
+func (g *Group) MemberID() string { return g.id }
+
+// Session is the session the member runs on.
+func (g *Group) Session() *session.Session { return g.s }
+
+func (g *Group) memberName() string         { return g.name + ":m:" + g.id }
+func (g *Group) partitionName(p int) string { return g.name + ":p:" + strconv.Itoa(p) }
+
+// partitionOf parses a lease name of the group's partitions; only the
+// canonical form of a number in range is one.
+func (g *Group) partitionOf(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, g.name+":p:")
+	if !ok {
+		return 0, false
+	}
+	p, err := strconv.Atoi(rest)
+	if err != nil || p < 0 || p >= g.n || strconv.Itoa(p) != rest {
+		return 0, false
+	}
+	return p, true
+}
+
+// Terms returns the valid terms of the partitions this member owns, by
+// partition. Check Valid before acting on one; pass its token to the
+// resources you write.
+func (g *Group) Terms() map[int]*term.Term {
+	out := make(map[int]*term.Term)
+	g.s.Do(func() {
+		for _, pt := range g.parts {
+			if pt != nil && pt.term != nil && pt.term.Valid() {
+				out[pt.p] = pt.term
+			}
+		}
+	})
+	return out
+}
+
+// Snapshot is a member's view of its group, serialisable as JSON.
+type Snapshot struct {
+	Name       string   `json:"name"`
+	Partitions int      `json:"partitions"`
+	Member     string   `json:"member"`
+	Status     string   `json:"status"`  // JOINING, MEMBER, LEAVING or LEFT
+	Members    []string `json:"members"` // as the last poll saw them
+	Owned      []Owned  `json:"owned"`   // by partition
+}
+
+// Owned is a partition the member holds a term for.
+type Owned struct {
+	Partition int              `json:"partition"`
+	Token     uint64           `json:"token"`
+	Valid     bool             `json:"valid"`
+	Remaining session.Duration `json:"remaining"`
+}
+
+// Snapshot returns the member's view of the group: the members it last
+// saw and the partitions it owns, with their tokens.
+func (g *Group) Snapshot() Snapshot {
+	var snap Snapshot
+	g.s.Do(func() {
+		snap = Snapshot{Name: g.name, Partitions: g.n, Member: g.id, Status: g.status(), Members: append([]string(nil), g.members...), Owned: []Owned{}}
+		for _, pt := range g.parts {
+			if pt != nil && pt.term != nil {
+				r := pt.term.Remaining()
+				snap.Owned = append(snap.Owned, Owned{Partition: pt.p, Token: pt.term.Token(), Valid: r > 0, Remaining: session.Duration(r)})
+			}
+		}
+	})
+	return snap
+}
+
+// status names the member's state. Lock held.
+func (g *Group) status() string {
+	switch {
+	case g.left:
+		return "LEFT"
+	case g.leaving != nil || g.closed:
+		return "LEAVING"
+	case g.joined:
+		return "MEMBER"
+	}
+	return "JOINING"
+}
+
+// Leave ends the membership: the member record is released first (so the
+// others stop counting this member), then every partition is handed over
+// in order (its term revoked with STOPPED, its lease kept until its tasks
+// return or the term's remaining time runs out, released with its token,
+// then OnRevoked). Leave waits for all that, or for ctx. Called from the
+// group's own callback or task, it does not wait and returns
+// ErrWouldBlockSelf. Nothing is delivered to the listener once Leave has
+// completed.
+func (g *Group) Leave(ctx context.Context) error {
+	done := g.leave()
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	if g.s.InCallback(ctx) {
+		return ErrWouldBlockSelf
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("simba: leaving group %q: %w", g.name, context.Cause(ctx))
+	}
+}
+
+// Close is Leave without a deadline, for io.Closer.
+func (g *Group) Close() error { return g.Leave(context.Background()) }
+
+func (g *Group) leave() <-chan struct{} {
+	var ch chan struct{}
+	g.s.Do(func() {
+		if g.leaving != nil {
+			ch = g.leaving
+			return
+		}
+		ch = make(chan struct{})
+		g.leaving = ch
+		g.stopPoll()
+		g.member.Want(false)
+		g.member.Release(term.Stopped, nil)
+		for _, pt := range g.parts {
+			if pt != nil {
+				pt.unwant(term.Stopped)
+			}
+		}
+		g.checkLeft()
+	})
+	return ch
+}
+
+// checkLeft completes a Leave once no handover is under way. Lock held.
+func (g *Group) checkLeft() {
+	if g.leaving == nil || g.left || g.handovers > 0 {
+		return
+	}
+	g.left = true
+	g.member.Drop()
+	for _, pt := range g.parts {
+		if pt != nil {
+			pt.maybeDrop()
+		}
+	}
+	ch := g.leaving
+	g.s.Defer(func() {
+		g.queue.whenIdle(func() {
+			g.queue.close()
+			close(ch)
+		})
+	})
+}
+
+func (g *Group) report(err error) {
+	if g.onError != nil {
+		g.onError(err)
+	}
+}
+
+// ---- polling and rebalancing
+
+func (g *Group) stopPoll() {
+	g.pollGen++
+	if g.pollStop != nil {
+		g.pollStop()
+		g.pollStop = nil
+	}
+}
+
+// armPoll schedules the next poll one candidate tick from now. Lock held.
+func (g *Group) armPoll() {
+	g.stopPoll()
+	if g.closed || g.leaving != nil {
+		return
+	}
+	d := g.s.Config().RetryDelay(g.s.Env().Jitter())
+	gen := g.pollGen
+	g.pollStop = g.s.Env().AfterFunc(d, func() {
+		g.s.Do(func() {
+			if g.pollGen == gen { // not stopped or re-armed meanwhile
+				g.pollStop = nil
+				g.poll()
+			}
+		})
+	})
+}
+
+// poll reads the group's member records and partition holders in one
+// backend call, then rebalances. Lock held.
+func (g *Group) poll() {
+	g.stopPoll()
+	if g.closed || g.leaving != nil || g.inspecting {
+		return
+	}
+	if !g.joined {
+		g.armPoll()
+		return
+	}
+	g.inspecting = true
+	g.polls++
+	g.s.InspectLater(session.InspectRequest{Prefix: g.name + ":"}, func(hs []session.Holder, err error) {
+		g.inspecting = false
+		if g.closed || g.leaving != nil {
+			return
+		}
+		if err != nil {
+			g.report(fmt.Errorf("simba: group %q: poll members: %w", g.name, err))
+		} else {
+			g.rebalance(hs)
+		}
+		g.armPoll()
+	})
+}
+
+// rebalance computes the assignment from what a poll saw and applies this
+// member's share: partitions it should no longer own are handed over,
+// partitions it should own are wanted, all in one acquisition. Lock held.
+func (g *Group) rebalance(hs []session.Holder) {
+	mprefix := g.name + ":m:"
+	bySession := make(map[session.ID]string)
+	var members []string
+	for _, h := range hs {
+		if id, ok := strings.CutPrefix(h.Name, mprefix); ok && validateMemberID(id) == nil {
+			if id == g.id && !g.joined {
+				continue
+			}
+			members = append(members, id)
+			bySession[h.Session] = id
+		}
+	}
+	current := make([]string, g.n)
+	for _, h := range hs {
+		if p, ok := g.partitionOf(h.Name); ok {
+			current[p] = bySession[h.Session]
+		}
+	}
+	me := false
+	for _, m := range members {
+		me = me || m == g.id
+	}
+	// What this member holds now beats what the poll saw: the poll may
+	// have been answered before a win, and giving back a partition just
+	// won would be churn.
+	if me {
+		for _, pt := range g.parts {
+			if pt != nil && pt.term != nil && pt.term.Valid() {
+				current[pt.p] = g.id
+			}
+		}
+	}
+	g.members = members
+	owners := Assign(g.n, members, current)
+	now := g.s.Env().Now()
+	var take []*part
+	for p, owner := range owners {
+		pt := g.parts[p]
+		mine := me && owner == g.id
+		switch {
+		case mine && (pt == nil || !pt.want):
+			if pt == nil {
+				pt = &part{g: g, p: p}
+				g.parts[p] = pt
+			}
+			if now.Before(pt.coolUntil) {
+				continue
+			}
+			take = append(take, pt)
+		case !mine && pt != nil && pt.want:
+			pt.unwant(term.SteppedDown)
+		}
+	}
+	g.want(take)
+}
+
+// want makes the member compete for pts: the claims that exist want at
+// once, in one batch; missing claims are registered outside the lock, then
+// want in a second batch. Lock held.
+func (g *Group) want(pts []*part) {
+	var ready []*session.Claim
+	var need []*part
+	for _, pt := range pts {
+		pt.want = true
+		switch {
+		case pt.hand != nil: // wanted again when its handover completes
+		case pt.c != nil:
+			ready = append(ready, pt.c)
+		case !pt.claiming:
+			pt.claiming = true
+			need = append(need, pt)
+		}
+	}
+	session.WantAll(ready)
+	if len(need) > 0 {
+		g.s.Defer(func() { g.claim(need) })
+	}
+}
+
+// claim registers the claims of pts (no lock held), then makes those still
+// wanted compete.
+func (g *Group) claim(pts []*part) {
+	cs := make([]*session.Claim, len(pts))
+	errs := make([]error, len(pts))
+	for i, pt := range pts {
+		cs[i], errs[i] = g.s.Claim(g.partitionName(pt.p), pt)
+	}
+	g.s.Do(func() {
+		var ready []*session.Claim
+		for i, pt := range pts {
+			pt.claiming = false
+			if errs[i] != nil {
+				pt.want = false
+				g.report(fmt.Errorf("simba: group %q: claim partition %d: %w", g.name, pt.p, errs[i]))
+				continue
+			}
+			pt.c = cs[i]
+			if pt.want && !g.closed && g.leaving == nil {
+				ready = append(ready, pt.c)
+			} else {
+				pt.want = false
+				pt.maybeDrop()
+			}
+		}
+		session.WantAll(ready)
+	})
+}
+
+// goTask runs a task on a session goroutine under the term's context.
+func (g *Group) goTask(p int, t *term.Term, task Task, done func()) {
+	g.s.Go(func() {
+		defer done()
+		_ = task(t.Context(), p, t)
+	})
+}
+
+// memberHandler hears about the member record's lease.
+type memberHandler struct{ g *Group }
+
+func (m memberHandler) Won(*term.Term) {
+	g := m.g
+	if g.leaving != nil {
+		g.member.Release(term.Stopped, nil)
+		return
+	}
+	g.joined = true
+	g.poll()
+}
+
+func (m memberHandler) Lost(*term.Term, term.RevokeReason) {
+	// The session expired or closed: its partitions' terms end with it,
+	// each reported by its own claim. The engine competes again for the
+	// record in the next backend session.
+	m.g.joined = false
+}
+
+func (m memberHandler) Closed() {
+	g := m.g
+	g.closed = true
+	g.joined = false
+	g.stopPoll()
+}
+
+func (m memberHandler) Describe() (kind, status string) {
+	g := m.g
+	owned := 0
+	for _, pt := range g.parts {
+		if pt != nil && pt.term != nil {
+			owned++
+		}
+	}
+	return "group", fmt.Sprintf("%s %d/%d", g.status(), owned, g.n)
+}
+
+// termState tracks one term's callbacks: if the executor refused its
+// OnAssigned, its OnRevoked is not delivered either, so callbacks stay
+// paired.
+type termState struct {
+	t       *term.Term
+	refused atomic.Bool
+}

@@ -1,0 +1,206 @@
+package group
+
+import (
+	"time"
+
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/term"
+)
+
+// part is one partition as this member sees it: its claim (registered only
+// while wanted or held), its current term and its handover. Guarded by the
+// session's lock.
+type part struct {
+	g         *Group
+	p         int
+	c         *session.Claim
+	claiming  bool // the claim is being registered outside the lock
+	want      bool // assigned to this member
+	term      *term.Term
+	ts        *termState
+	running   int // tasks of term still running
+	hand      *handover
+	coolUntil time.Time // an OnAssigned was refused: not taken again before
+}
+
+// handover is a voluntary end of a partition's term in progress.
+type handover struct {
+	t         *term.Term
+	bound     func() bool
+	done      func()
+	completed bool
+}
+
+// Won is called by the session when a term of the partition begins.
+func (pt *part) Won(t *term.Term) {
+	g := pt.g
+	if !pt.want || g.leaving != nil || g.closed {
+		// The assignment moved on while the attempt was in flight.
+		pt.c.Release(term.SteppedDown, nil)
+		return
+	}
+	ts := &termState{t: t}
+	pt.term, pt.ts, pt.running = t, ts, 0
+	g.s.Defer(func() {
+		g.queue.push(item{
+			run: func() {
+				g.listener.OnAssigned(pt.p, t)
+				g.s.Do(func() { pt.startTasks(t) })
+			},
+			refused: func(err error) {
+				ts.refused.Store(true)
+				pt.refused(t, err)
+			},
+		})
+	})
+}
+
+// refused handles an executor that refused OnAssigned: nobody learned of
+// the term, so its tasks never start and its OnRevoked is not delivered;
+// the partition is given back and not taken again for one lease duration.
+func (pt *part) refused(t *term.Term, err error) {
+	g := pt.g
+	g.s.Do(func() {
+		g.report(err)
+		if pt.term != t {
+			return
+		}
+		pt.term = nil
+		pt.want = false
+		pt.coolUntil = g.s.Env().Now().Add(g.s.Config().LeaseDuration)
+		pt.c.Want(false)
+		pt.c.Release(term.SteppedDown, nil)
+		pt.maybeDrop()
+	})
+}
+
+// Lost is called by the session when a term ends involuntarily (or the
+// session closed).
+func (pt *part) Lost(t *term.Term, reason term.RevokeReason) {
+	if h := pt.hand; h != nil && h.t == t {
+		h.done() // the lease is gone: nothing left to release
+		return
+	}
+	if pt.term != t {
+		return
+	}
+	pt.term = nil
+	pt.revoked(pt.ts, reason)
+	pt.maybeDrop()
+}
+
+// Closed is called by the session when it closes.
+func (pt *part) Closed() { pt.want = false }
+
+// Describe reports the partition in the session's Snapshot.
+func (pt *part) Describe() (kind, status string) {
+	switch {
+	case pt.hand != nil:
+		return "group-partition", "RELEASING"
+	case pt.term != nil:
+		return "group-partition", "OWNER"
+	case pt.want:
+		return "group-partition", "CANDIDATE"
+	}
+	return "group-partition", "IDLE"
+}
+
+// revoked queues OnRevoked, unless OnAssigned was refused. Lock held.
+func (pt *part) revoked(ts *termState, reason term.RevokeReason) {
+	g := pt.g
+	g.s.Defer(func() {
+		g.queue.push(item{run: func() {
+			if !ts.refused.Load() {
+				g.listener.OnRevoked(pt.p, ts.t, reason)
+			}
+		}, refused: func(error) {}})
+	})
+}
+
+// unwant stops competing for the partition and hands its term over, if it
+// holds one, in the handover order: revoke, wait for the tasks (at most the
+// term's remaining time), release with the token, then OnRevoked. Lock
+// held.
+func (pt *part) unwant(reason term.RevokeReason) {
+	pt.want = false
+	if pt.c == nil {
+		return // being registered: claim drops it
+	}
+	pt.c.Want(false)
+	t := pt.term
+	if pt.hand != nil || t == nil {
+		pt.maybeDrop()
+		return
+	}
+	g := pt.g
+	bound := t.Remaining()
+	ts := pt.ts
+	pt.term = nil
+	pt.c.Revoke(reason)
+	h := &handover{t: t}
+	pt.hand = h
+	g.handovers++
+	h.done = func() {
+		if h.completed {
+			return
+		}
+		h.completed = true
+		if h.bound != nil {
+			h.bound()
+		}
+		after := func() {
+			pt.hand = nil
+			pt.revoked(ts, reason)
+			g.handovers--
+			if pt.want && pt.c != nil && !g.closed && g.leaving == nil {
+				pt.c.Want(true) // assigned back during the handover
+			} else {
+				pt.maybeDrop()
+			}
+			g.checkLeft()
+		}
+		if pt.c.Term() == t {
+			pt.c.Release(reason, after)
+		} else {
+			after() // the lease is gone already
+		}
+	}
+	if pt.running == 0 || bound <= 0 {
+		h.done()
+		return
+	}
+	h.bound = g.s.Env().AfterFunc(bound, func() { g.s.Do(h.done) })
+}
+
+// maybeDrop unregisters the claim of a partition that is idle, so a
+// member's session carries claims only for what it owns or wants. Lock
+// held.
+func (pt *part) maybeDrop() {
+	if pt.c == nil || pt.want || pt.hand != nil || pt.term != nil {
+		return
+	}
+	pt.c.Drop()
+	pt.c = nil
+}
+
+// startTasks starts the group's tasks for t, unless t has already ended.
+// Lock held.
+func (pt *part) startTasks(t *term.Term) {
+	g := pt.g
+	if pt.term != t || !t.Valid() {
+		return
+	}
+	for _, task := range g.tasks {
+		pt.running++
+		g.spawn(pt.p, t, task, func() {
+			g.s.Do(func() {
+				if pt.term == t || pt.hand != nil && pt.hand.t == t {
+					pt.running--
+					if pt.running == 0 && pt.hand != nil && pt.hand.t == t {
+						pt.hand.done()
+					}
+				}
+			})
+		})
+	}
+}
