@@ -19,21 +19,14 @@ var _ session.Inspector = (*Backend)(nil)
 // matching many names never blocks the server for long in one script.
 const inspectBatch = 500
 
-// encodeOwner checks an owner (a zero Owner, from a caller that says
-// nothing, is stored as "") and encodes it for the session hash. The
-// engine validated it already; a backend may be called directly.
+// encodeOwner checks an owner and encodes it for the session hash; the
+// zero Owner as "".
 func encodeOwner(o session.Owner) (string, error) {
-	if o.Identity == "" && len(o.Metadata) == 0 {
-		return "", nil
-	}
-	if err := deadline.ValidateOwner(o.Identity, o.Metadata); err != nil {
+	if err := o.Check(); err != nil || o.Identity == "" {
 		return "", err
 	}
 	js, err := json.Marshal(o)
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", deadline.ErrInvalidOwner, err)
-	}
-	return string(js), nil
+	return string(js), err
 }
 
 // Inspect implements [session.Inspector]: one read-only script per batch of

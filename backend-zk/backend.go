@@ -119,7 +119,7 @@ func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.Op
 	if req.LeaseDuration < time.Millisecond || req.LeaseDuration > time.Duration(1<<31-1)*time.Millisecond {
 		return session.OpenReply{}, fmt.Errorf("zkbackend: open: lease duration %v out of range [1ms, 2^31ms)", req.LeaseDuration)
 	}
-	if err := checkOwner(req.Owner); err != nil {
+	if err := req.Owner.Check(); err != nil {
 		return session.OpenReply{}, fmt.Errorf("zkbackend: open: %w", err)
 	}
 	b.mu.Lock()

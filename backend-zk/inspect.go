@@ -26,16 +26,6 @@ type leaseData struct {
 	TimeoutMS int64 `json:"timeout_ms"`
 }
 
-// checkOwner validates a non-zero owner (a zero one, from a caller that
-// says nothing, is stored as none). The engine validated it already; a
-// backend may be called directly.
-func checkOwner(o session.Owner) error {
-	if o.Identity == "" && len(o.Metadata) == 0 {
-		return nil
-	}
-	return deadline.ValidateOwner(o.Identity, o.Metadata)
-}
-
 // Inspect implements [session.Inspector]: it reads the lease nodes (a
 // prefix lists the namespace root's children). A lease node is ephemeral,
 // so it exists only while its holder's ZooKeeper session lives. Remaining

@@ -169,6 +169,11 @@ func Migration(prefix string, from int) ([]string, error) {
 	for v := from; v < core.SchemaVersion; v++ {
 		src = append(src, migrations[v]...)
 	}
+	return expandAll(src, prefix)
+}
+
+// expandAll expands the prefix into each statement.
+func expandAll(src []string, prefix string) ([]string, error) {
 	out := make([]string, len(src))
 	for i, s := range src {
 		var err error

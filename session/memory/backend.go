@@ -77,12 +77,8 @@ func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.Op
 	if req.LeaseDuration <= 0 {
 		return session.OpenReply{}, errorf(ErrInvalidLease, "open: lease %v must be positive", req.LeaseDuration)
 	}
-	// A zero Owner is a direct caller's that says nothing; any other is
-	// checked, since a backend may be called without the engine.
-	if req.Owner.Identity != "" || len(req.Owner.Metadata) > 0 {
-		if err := deadline.ValidateOwner(req.Owner.Identity, req.Owner.Metadata); err != nil {
-			return session.OpenReply{}, fmt.Errorf("memory: open: %w", err)
-		}
+	if err := req.Owner.Check(); err != nil {
+		return session.OpenReply{}, fmt.Errorf("memory: open: %w", err)
 	}
 	reply, freed, err := b.s.open(req.LeaseDuration, req.Owner)
 	b.s.notify(freed)

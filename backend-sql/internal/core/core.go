@@ -325,21 +325,14 @@ func compareUint(a, b uint64) int {
 // does not expect, for example after someone changed the schema by hand.
 var ErrBadReply = errors.New("unexpected reply from the database")
 
-// EncodeOwner checks an owner and encodes it for the sessions table: a
-// zero Owner (a direct caller that says nothing) is stored as "". The
-// engine validated it already; a backend may be called without the engine.
+// EncodeOwner checks an owner and encodes it for the sessions table; the
+// zero Owner (a direct caller that says nothing) as "".
 func EncodeOwner(o session.Owner) (string, error) {
-	if o.Identity == "" && len(o.Metadata) == 0 {
-		return "", nil
-	}
-	if err := deadline.ValidateOwner(o.Identity, o.Metadata); err != nil {
+	if err := o.Check(); err != nil || o.Identity == "" {
 		return "", err
 	}
 	js, err := json.Marshal(o)
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", deadline.ErrInvalidOwner, err)
-	}
-	return string(js), nil
+	return string(js), err
 }
 
 // Inspect implements [session.Inspector].
