@@ -2,7 +2,7 @@
 # starts every server the tests need (scripts/services.sh) and runs every
 # module's tests with the race detector.
 
-MODULES := deadline term session election lock group backend-sql backend-redis backend-zk fxsimba otelsimba integration
+MODULES := deadline term session election lock group backend-sql backend-redis backend-zk fxsimba otelsimba simbatest integration benchpeers
 GO ?= go
 TESTFLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
@@ -10,7 +10,7 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 SIM_SEEDS ?= 10000
 GROUP_SIM_SEEDS ?= 1000
 
-.PHONY: docs all demo test test-unit lint fmt staticcheck bench services services-stop services-status sim-long fuzz tidy
+.PHONY: docs all demo test test-unit lint fmt staticcheck bench bench-peers services services-stop services-status sim-long fuzz tidy
 
 all: lint test
 
@@ -45,6 +45,16 @@ staticcheck:
 ## bench: every benchmark, side by side with the raw backend operations
 bench: services
 	@set -e; . ./.services/env; for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem -count 5 ./...); done
+
+## bench-peers: Simba through its public API against the raw primitive pair and
+## the peer libraries on the same servers (benchpeers/), interleaved; prints the
+## tables, keeps them in docs/bench/peers_run.md and regathers docs/benchmarks.md
+BENCH_PEERS_FLAGS ?=
+bench-peers: services
+	@set -e; . ./.services/env; out=$$(mktemp); \
+	(cd benchpeers && $(GO) run . $(BENCH_PEERS_FLAGS)) > $$out; cat $$out; \
+	{ echo "# Peer benchmark: the last run of make bench-peers"; echo; cat $$out; } > docs/bench/peers_run.md; rm -f $$out
+	@./scripts/gather-docs.sh
 
 ## sim-long: the seeded simulation with many more seeds
 sim-long:

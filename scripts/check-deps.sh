@@ -11,4 +11,8 @@ for m in deadline term session election lock group; do
   bad=$(cd $m && go list -deps ./... | grep -E 'simba/backend-|go.uber.org/fx|go.opentelemetry.io|redis|pgx|go-sql-driver|zookeeper' || true)
   if [ -n "$bad" ]; then echo "core module $m imports: $bad"; fail=1; fi
 done
+# benchpeers (the peer benchmark) is a leaf: its peers' dependencies must
+# never reach a library module.
+users=$(grep -l 'simba/benchpeers' */go.mod | grep -v '^benchpeers/' || true)
+if [ -n "$users" ]; then echo "benchpeers is required by: $users"; fail=1; fi
 exit $fail

@@ -295,7 +295,7 @@ func (s *Session) revoke(c *Claim, h *held, reason term.RevokeReason) {
 	}
 	h.revoked = true
 	h.revokeFn(reason)
-	s.emit(Event{Kind: TermRevoked, Session: h.inc.id, Name: c.name, Token: h.token, Reason: reason})
+	s.emit(Event{Kind: TermRevoked, Session: h.inc.id, Name: c.name, Token: h.token, Reason: reason, ClaimKind: c.kind()})
 }
 
 // armCandidate keeps the candidate tick running while a claim wants a
@@ -465,9 +465,9 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r A
 			continue
 		}
 		s.tokens[res.Name] = res.Token
-		t, revokeFn := term.New(context.WithValue(s.root, markerKey{}, s), res.Name, res.Token, inc.life)
+		t, revokeFn := term.New(context.WithValue(s.root, markerKey{}, c), res.Name, res.Token, inc.life)
 		c.held = &held{t: t, revokeFn: revokeFn, token: res.Token, inc: inc, confirmed: confirmed}
-		s.emit(Event{Kind: TermElected, Session: inc.id, Name: res.Name, Token: res.Token})
+		s.emit(Event{Kind: TermElected, Session: inc.id, Name: res.Name, Token: res.Token, ClaimKind: c.kind()})
 		c.h.Won(t)
 	}
 }

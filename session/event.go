@@ -75,6 +75,10 @@ type Event struct {
 	// Name and Token identify the term (TermElected, TermRevoked).
 	Name  string
 	Token uint64
+	// ClaimKind is what the term belongs to, as its claim's [Describer]
+	// names it ("election", "lock", ...; TermElected, TermRevoked), empty
+	// if the claim does not describe itself.
+	ClaimKind string
 	// Reason is why the term ended (TermRevoked).
 	Reason term.RevokeReason
 	// Err is the failure behind SessionSuspended or BackendContractViolation.
@@ -82,46 +86,66 @@ type Event struct {
 }
 
 // A Listener receives events. It is called with no lock held but in the
-// order events happen, on the goroutine that caused them: it must return
-// quickly and must not wait for the session.
+// order events happen, on the session's delivery loop: it must return
+// quickly and must not wait for the session (Close from a Listener would
+// wait for the loop that is running it).
 type Listener func(Event)
 
-// LogEvents returns a Listener that logs events through l: warnings for
-// suspension, deadline passed, expiry and shortened leases, info for terms
-// and session changes, debug for renewals.
+// LogEvents returns a Listener that logs events through l: errors for
+// backend contract violations; warnings for suspension, deadline passed,
+// expiry and shortened leases; info for session changes and for the terms
+// of elections; debug for renewals and for the terms of locks (one per
+// acquisition: a lock-heavy service would otherwise log two lines per
+// lock).
 func LogEvents(l *slog.Logger) Listener {
 	return func(e Event) {
-		level := slog.LevelInfo
-		switch e.Kind {
-		case SessionRenewed:
-			level = slog.LevelDebug
-		case SessionSuspended, SessionDeadlinePassed, SessionExpired, SessionLeaseShortened:
-			level = slog.LevelWarn
-		case BackendContractViolation:
-			level = slog.LevelError
+		if l.Enabled(context.Background(), eventLevel(e)) {
+			logEvent(l, e)
 		}
-		if !l.Enabled(context.Background(), level) {
-			return
-		}
-		attrs := []slog.Attr{slog.String("session", string(e.Session)), slog.String("state", e.State.String())}
-		switch e.Kind {
-		case TermElected, TermRevoked:
-			attrs = append(attrs, slog.String("name", e.Name), slog.Uint64("token", e.Token))
-			if e.Reason != 0 {
-				attrs = append(attrs, slog.String("reason", e.Reason.String()))
-			}
-		case SessionLeaseShortened:
-			attrs = append(attrs, slog.Duration("granted", e.Remaining), slog.Duration("renew_every", e.RenewEvery))
-		case SessionOpened, SessionRenewed:
-			attrs = append(attrs, slog.Duration("remaining", e.Remaining), slog.Duration("renew_every", e.RenewEvery))
-		}
-		if e.Err != nil {
-			attrs = append(attrs, slog.Any("err", e.Err))
-		}
-		msg := "simba: " + e.Kind.String()
-		if e.Kind == SessionLeaseShortened {
-			msg = "simba: backend grants a shorter lease than two renewal periods; renewing more often"
-		}
-		l.LogAttrs(context.Background(), level, msg, attrs...)
 	}
+}
+
+// eventLevel is the level LogEvents logs e at.
+func eventLevel(e Event) slog.Level {
+	switch e.Kind {
+	case SessionRenewed:
+		return slog.LevelDebug
+	case SessionSuspended, SessionDeadlinePassed, SessionExpired, SessionLeaseShortened:
+		return slog.LevelWarn
+	case BackendContractViolation:
+		return slog.LevelError
+	case TermElected, TermRevoked:
+		if e.ClaimKind == "lock" {
+			return slog.LevelDebug
+		}
+	}
+	return slog.LevelInfo
+}
+
+// logEvent logs e through l at its level; the caller checked the level is
+// enabled.
+func logEvent(l *slog.Logger, e Event) {
+	attrs := []slog.Attr{slog.String("session", string(e.Session)), slog.String("state", e.State.String())}
+	switch e.Kind {
+	case TermElected, TermRevoked:
+		attrs = append(attrs, slog.String("name", e.Name), slog.Uint64("token", e.Token))
+		if e.ClaimKind != "" {
+			attrs = append(attrs, slog.String("kind", e.ClaimKind))
+		}
+		if e.Reason != 0 {
+			attrs = append(attrs, slog.String("reason", e.Reason.String()))
+		}
+	case SessionLeaseShortened:
+		attrs = append(attrs, slog.Duration("granted", e.Remaining), slog.Duration("renew_every", e.RenewEvery))
+	case SessionOpened, SessionRenewed:
+		attrs = append(attrs, slog.Duration("remaining", e.Remaining), slog.Duration("renew_every", e.RenewEvery))
+	}
+	if e.Err != nil {
+		attrs = append(attrs, slog.Any("err", e.Err))
+	}
+	msg := "simba: " + e.Kind.String()
+	if e.Kind == SessionLeaseShortened {
+		msg = "simba: backend grants a shorter lease than two renewal periods; renewing more often"
+	}
+	l.LogAttrs(context.Background(), eventLevel(e), msg, attrs...)
 }
