@@ -3,13 +3,13 @@ module github.com/simba-go/simba/integration
 go 1.25.0
 
 require (
-	github.com/simba-go/simba/deadline v0.0.0
-	github.com/simba-go/simba/election v0.0.0
-	github.com/simba-go/simba/group v0.0.0
-	github.com/simba-go/simba/lock v0.0.0
-	github.com/simba-go/simba/session v0.0.0
-	github.com/simba-go/simba/simbatest v0.0.0
-	github.com/simba-go/simba/term v0.0.0
+	github.com/simba-go/simba/deadline v0.1.0
+	github.com/simba-go/simba/election v0.1.0
+	github.com/simba-go/simba/group v0.1.0
+	github.com/simba-go/simba/lock v0.1.0
+	github.com/simba-go/simba/session v0.1.0
+	github.com/simba-go/simba/simbatest v0.1.0
+	github.com/simba-go/simba/term v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -57,9 +57,9 @@ require (
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
 	github.com/redis/go-redis/v9 v9.22.0 // indirect
 	github.com/shirou/gopsutil/v4 v4.26.6 // indirect
-	github.com/simba-go/simba/backend-redis v0.0.0 // indirect
-	github.com/simba-go/simba/backend-sql v0.0.0 // indirect
-	github.com/simba-go/simba/backend-zk v0.0.0 // indirect
+	github.com/simba-go/simba/backend-redis v0.1.0 // indirect
+	github.com/simba-go/simba/backend-sql v0.1.0 // indirect
+	github.com/simba-go/simba/backend-zk v0.1.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
 	github.com/testcontainers/testcontainers-go v0.44.0 // indirect
