@@ -41,8 +41,8 @@ mariadb_restartable_start() {
   fi
   if [ ! -d "$dir/data/mysql" ]; then
     rm -rf "$dir" && mkdir -p "$dir/data" && chown -R mysql:mysql "$dir"
-    mariadb-install-db --no-defaults --datadir="$dir/data" --user=mysql \
-      --auth-root-authentication-method=normal >"$dir/install.log" 2>&1
+    (cd "$dir" && mariadb-install-db --no-defaults --datadir="$dir/data" --user=mysql \
+      --auth-root-authentication-method=normal >"$dir/install.log" 2>&1)
   fi
   cat > "$dir/ctl.sh" <<SH
 #!/bin/sh
@@ -50,6 +50,7 @@ mariadb_restartable_start() {
 # checkout $ROOT (port $port, data $dir/data). Each returns only when the
 # server is really gone, or really up (the process it started answers, not
 # an older one).
+cd "$dir" # a directory the mysql user can enter
 up() { [ "\$(mariadb -h 127.0.0.1 -P $port -uroot --connect-timeout=2 -NBe 'SELECT @@datadir' 2>/dev/null)" = "$dir/data/" ]; }
 case "\$1" in
 stop)

@@ -38,12 +38,15 @@ postgres_restartable_start() {
   fi
   if [ ! -s "$dir/data/PG_VERSION" ]; then
     rm -rf "$dir" && mkdir -p "$dir/data" && chown -R postgres:postgres "$dir" && chmod 700 "$dir/data"
-    runuser -u postgres -- "$bin/initdb" -D "$dir/data" -A trust -U postgres >/dev/null
+    # From $dir: runuser keeps the working directory, which the postgres
+    # user may not be allowed to enter (a checkout in a home directory).
+    (cd "$dir" && runuser -u postgres -- "$bin/initdb" -D "$dir/data" -A trust -U postgres >/dev/null)
   fi
   cat > "$dir/ctl.sh" <<SH
 #!/bin/sh
 # ctl.sh stop|start: the private PostgreSQL of backend-sql's tests, for the
 # checkout $ROOT (port $PG_PRIVATE_PORT, data $dir/data).
+cd "$dir" # a directory the postgres user can enter
 ours() { [ "\$(psql -h 127.0.0.1 -p $PG_PRIVATE_PORT -U postgres -d postgres -tAc 'SHOW data_directory' 2>/dev/null)" = "$dir/data" ]; }
 case "\$1" in
 stop)
@@ -72,5 +75,5 @@ SH
 postgres_restartable_stop() {
   local bin
   bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-  [ -d "$PRIVATE/pg-restart/data" ] && runuser -u postgres -- "$bin/pg_ctl" -D "$PRIVATE/pg-restart/data" -m fast -w stop >/dev/null 2>&1 || true
+  [ -d "$PRIVATE/pg-restart/data" ] && cd "$PRIVATE/pg-restart" && runuser -u postgres -- "$bin/pg_ctl" -D "$PRIVATE/pg-restart/data" -m fast -w stop >/dev/null 2>&1 || true
 }
