@@ -109,6 +109,7 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 		parts:    make([]*part, partitions),
 	}
 	g.spawn = g.goTask
+	g.queue.owner = g
 	c, err := s.Claim(g.memberName(), memberHandler{g})
 	if err != nil {
 		return nil, fmt.Errorf("simba: join group %q: %w", name, err)
@@ -116,6 +117,7 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 	g.member = c
 	closed := false
 	s.Do(func() {
+		c.SetOwner(g)
 		if closed = g.closed; !closed {
 			c.Want(true)
 		}
@@ -125,6 +127,11 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 	}
 	return g, nil
 }
+
+// Validate reports whether Join would accept the group's name and
+// partition count, with an error wrapping ErrInvalidGroup naming the rule
+// otherwise; frameworks use it to fail at configuration time.
+func Validate(name string, partitions int) error { return validate(name, partitions) }
 
 func validate(name string, partitions int) error {
 	if err := deadline.ValidateName(name); err != nil {
@@ -181,6 +188,21 @@ func (g *Group) partitionOf(name string) (int, bool) {
 		return 0, false
 	}
 	return p, true
+}
+
+// ParsePartitionLease reports whether leaseName is the lease of a
+// partition of a group (<group>:p:<partition>), and of which; tools and
+// instrumentation (otelsimba) use it to label a partition's term.
+func ParsePartitionLease(leaseName string) (groupName string, partition int, ok bool) {
+	groupName, rest, found := strings.Cut(leaseName, ":p:")
+	if !found || groupName == "" || strings.Contains(groupName, ":") {
+		return "", 0, false
+	}
+	p, err := strconv.Atoi(rest)
+	if err != nil || p < 0 || p >= MaxPartitions || strconv.Itoa(p) != rest {
+		return "", 0, false
+	}
+	return groupName, p, true
 }
 
 // Terms returns the valid terms of the partitions this member owns, by
@@ -260,7 +282,7 @@ func (g *Group) Leave(ctx context.Context) error {
 		return nil
 	default:
 	}
-	if g.s.InCallback(ctx) {
+	if g.s.WouldWaitForSelf(ctx, g) {
 		return ErrWouldBlockSelf
 	}
 	select {
@@ -479,6 +501,7 @@ func (g *Group) claim(pts []*part) {
 				continue
 			}
 			pt.c = cs[i]
+			pt.c.SetOwner(g) // the partition's callbacks and tasks are the group's
 			if pt.want && !g.closed && g.leaving == nil {
 				ready = append(ready, pt.c)
 			} else {
@@ -492,7 +515,7 @@ func (g *Group) claim(pts []*part) {
 
 // goTask runs a task on a session goroutine under the term's context.
 func (g *Group) goTask(p int, t *term.Term, task Task, done func()) {
-	g.s.Go(func() {
+	g.s.Go(g, func() {
 		defer done()
 		_ = task(t.Context(), p, t)
 	})
