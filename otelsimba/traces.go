@@ -96,6 +96,7 @@ func (in *Instrumentation) startTerm(e session.Event) trace.Span {
 			keyToken.String(strconv.FormatUint(e.Token, 10)), // a uint64 does not fit an int64 attribute
 			keySession.String(string(e.Session)),
 		),
+		trace.WithAttributes(groupAttributes(e.Name)...),
 	}
 	if hasPrev {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: prev,
