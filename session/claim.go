@@ -90,6 +90,24 @@ func (s *Session) Claim(name string, h ClaimHandler) (*Claim, error) {
 	return c, nil
 }
 
+// queue marks the claim for the next Acquire, and the session as having
+// one to send: pumpAcquire looks at the claims only then, so a renewal or
+// a reply with nothing queued does not walk every claim.
+func (c *Claim) queue() {
+	c.queued = true
+	c.s.anyQueued = true
+}
+
+// setHeld changes the claim's held lease; every change moves the
+// session's heldGen, which a renewal compares to know whether its owned
+// set can still match the terms term for term.
+func (c *Claim) setHeld(h *held) {
+	if h != nil || c.held != nil {
+		c.s.heldGen++
+	}
+	c.held = h
+}
+
 // kind is what the claim's handler calls itself in Snapshot, or "".
 func (c *Claim) kind() string {
 	if d, ok := c.h.(Describer); ok {
@@ -118,7 +136,7 @@ func (c *Claim) Want(want bool) {
 		return
 	}
 	if c.held == nil && c.attempt == 0 {
-		c.queued = true
+		c.queue()
 		c.s.pumpAcquire()
 	}
 	c.s.armCandidate()
@@ -170,7 +188,7 @@ func (c *Claim) Revoke(reason term.RevokeReason) *term.Term {
 func (c *Claim) Release(reason term.RevokeReason, done func()) bool {
 	h := c.held
 	if h == nil || h.inc.over {
-		c.held = nil
+		c.setHeld(nil)
 		if h != nil {
 			c.s.revoke(c, h, reason)
 		}
@@ -179,7 +197,7 @@ func (c *Claim) Release(reason term.RevokeReason, done func()) bool {
 		}
 		return false
 	}
-	c.held = nil
+	c.setHeld(nil)
 	c.s.revoke(c, h, reason)
 	c.s.release(h.inc, Lease{Name: c.name, Token: h.token}, done)
 	if c.want {
