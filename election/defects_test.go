@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/election"
+	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/term"
 )
 
@@ -81,5 +82,95 @@ func TestSingleTermIsTerminal(t *testing.T) {
 				t.Fatalf("%d attempts, status %v after a refused single term; want 0, STOPPED", n, e.Status())
 			}
 		})
+	})
+}
+
+// Defect 11 of issue 9: ErrWouldBlockSelf was session-wide although
+// documented per election: B.Stop from election A's callback did not wait,
+// though B's handover does not depend on A. It waits now, unless A's
+// callback runs on the delivery loop (Direct), which B's handover needs.
+func TestStopOfAnotherElectionFromACallbackWaits(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		exec election.Executor
+		want error
+	}{{"goroutines", election.Goroutines{}, nil}, {"direct", election.Direct{}, election.ErrWouldBlockSelf}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := open(t, newBackend(t))
+				var revokedB atomic.Bool
+				eb := start(t, s, "b", election.WithListener(election.Funcs{
+					Revoked: func(*term.Term, term.RevokeReason) { revokedB.Store(true) },
+				}))
+				got := make(chan error, 1)
+				var sawRevoked atomic.Bool
+				start(t, s, "a", election.WithExecutor(tc.exec), election.WithListener(election.Funcs{
+					Elected: func(tm *term.Term) {
+						for _, ctx := range []context.Context{tm.Context(), context.Background()} {
+							err := eb.Stop(ctx)
+							if err != nil {
+								got <- err
+								return
+							}
+						}
+						sawRevoked.Store(revokedB.Load())
+						got <- nil
+					},
+				}))
+				err := <-got
+				if !errors.Is(err, tc.want) && err != tc.want {
+					t.Fatalf("B.Stop from A's callback = %v, want %v", err, tc.want)
+				}
+				if tc.want == nil && !sawRevoked.Load() {
+					t.Fatal("B.Stop returned before B's OnRevoked")
+				}
+			})
+		})
+	}
+}
+
+// Defect 7 of issue 9: Close returned before its own callbacks were
+// delivered when another goroutine was running the delivery loop (here, a
+// user's StepDown held up in a slow event listener). Close returns only
+// after every callback it caused has run.
+func TestCloseWaitsForItsCallbacksWhileAnotherGoroutineDelivers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBackend(t)
+		gate := make(chan struct{})
+		var once sync.Once
+		slow := func(e session.Event) {
+			if e.Kind == session.TermRevoked {
+				once.Do(func() { <-gate }) // the delivering goroutine is held up here
+			}
+		}
+		s, err := session.Open(context.Background(), b, session.WithListener(slow), session.WithLogger(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ea := start(t, s, "a")
+		var revoked atomic.Bool
+		start(t, s, "b", election.WithListener(election.Funcs{
+			Revoked: func(*term.Term, term.RevokeReason) { revoked.Store(true) },
+		}))
+		go func() { _ = ea.StepDown(context.Background(), time.Hour) }() // delivers, and is held up
+		synctest.Wait()
+		var revokedAtClose atomic.Bool
+		closed := make(chan struct{})
+		go func() {
+			_ = s.Close()
+			revokedAtClose.Store(revoked.Load())
+			close(closed)
+		}()
+		synctest.Wait()
+		select {
+		case <-closed:
+			t.Fatal("Close returned while its own deliveries were still queued behind another goroutine")
+		default:
+		}
+		close(gate)
+		<-closed
+		if !revokedAtClose.Load() {
+			t.Fatal("Close returned before B's OnRevoked ran")
+		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,8 +18,12 @@ var (
 	// started on the session.
 	ErrAlreadyStarted = session.ErrAlreadyStarted
 	// ErrWouldBlockSelf: Stop, StepDown or Close was called from one of
-	// the election's own callbacks or tasks; the handover was started but
-	// not waited for, since it waits for that very callback or task.
+	// the election's own callbacks or tasks (recognised by the term's
+	// context, or for Close by the goroutine), or from a callback running
+	// on the session's delivery loop (a Direct executor); the handover was
+	// started but not waited for, since it waits for that very callback or
+	// task. From another election's callback on a goroutine executor it
+	// waits: that handover does not depend on the caller (ADR 0070).
 	ErrWouldBlockSelf = session.ErrWouldBlockSelf
 	// ErrStopped: StepDown was called on an election that is stopped or
 	// being stopped.
@@ -68,6 +73,9 @@ type Election struct {
 	kind     string
 	spawn    func(t *term.Term, task Task, done func())
 
+	tasksMu sync.Mutex
+	live    map[*liveTask]struct{} // tasks running, for Overrun
+
 	// Guarded by the session's lock (session.Do).
 	status    Status
 	term      *term.Term
@@ -78,6 +86,7 @@ type Election struct {
 	stopping  chan struct{} // closed when Stop has completed
 	onRefuse  func(error)
 	onAttempt func(error)
+	onWon     func(*term.Term)
 	closed    bool // the session told the election it closed
 }
 
@@ -106,6 +115,7 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	quiet := o.listener == nil // no user code in callbacks: they need no marks
 	if o.listener == nil {
 		o.listener = Funcs{}
 	}
@@ -113,12 +123,13 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 		s:         s,
 		name:      name,
 		listener:  o.listener,
-		queue:     &serial{s: s, exec: o.exec},
+		queue:     &serial{s: s, exec: o.exec, quiet: quiet},
 		tasks:     o.tasks,
 		oneTerm:   o.oneTerm,
 		kind:      o.kind,
 		onRefuse:  o.onRefuse,
 		onAttempt: o.onAttempt,
+		onWon:     o.onWon,
 	}
 	e.spawn = e.goTask
 	c, err := s.Claim(name, e)
@@ -126,6 +137,7 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 		return nil, fmt.Errorf("simba: start election: %w", err)
 	}
 	e.c = c
+	e.queue.owner = c
 	closed := false
 	s.Do(func() {
 		if closed = e.closed; closed {
@@ -183,6 +195,9 @@ func (e *Election) Won(t *term.Term) {
 		return
 	}
 	ts := &termState{t: t}
+	if e.onWon != nil {
+		e.onWon(t)
+	}
 	e.status = Leader
 	e.term = t
 	e.ts = ts
@@ -269,7 +284,7 @@ func (e *Election) revoked(ts *termState, reason term.RevokeReason) {
 		}
 	}
 	e.s.Defer(func() {
-		e.queue.push(item{run: run, refused: func(error) { e.s.Inside(run) }})
+		e.queue.push(item{run: run, refused: func(error) { e.queue.inside(true, run) }})
 	})
 }
 
@@ -311,7 +326,7 @@ func (e *Election) wait(ctx context.Context, done <-chan struct{}) error {
 		return nil
 	default:
 	}
-	if e.s.InCallback(ctx) {
+	if e.s.WouldWaitForSelf(ctx, e.c) {
 		return ErrWouldBlockSelf
 	}
 	select {
@@ -492,8 +507,49 @@ func (e *Election) startTasks(t *term.Term) {
 
 // goTask runs a task on a session goroutine under the term's context.
 func (e *Election) goTask(t *term.Term, task Task, done func()) {
-	e.s.Go(func() {
+	lt := &liveTask{}
+	e.tasksMu.Lock()
+	if e.live == nil {
+		e.live = make(map[*liveTask]struct{})
+	}
+	e.live[lt] = struct{}{}
+	e.tasksMu.Unlock()
+	env := e.s.Env()
+	stopWatch := context.AfterFunc(t.Context(), func() {
+		e.tasksMu.Lock()
+		lt.ended = env.Now()
+		e.tasksMu.Unlock()
+	})
+	e.s.Go(e.c, func() {
 		defer done()
+		defer func() {
+			stopWatch()
+			e.tasksMu.Lock()
+			delete(e.live, lt)
+			e.tasksMu.Unlock()
+		}()
 		_ = task(t.Context(), t)
 	})
+}
+
+// liveTask is a running task; ended is when its term ended (zero while
+// the term lasts).
+type liveTask struct{ ended time.Time }
+
+// Overrun is how long the election's longest-overrunning task has been
+// running since its term ended, or 0 if every running task's term is still
+// on. A task must return soon after its term's context is cancelled: one
+// that runs on may act without being leader, which a health check reports
+// (package election/health).
+func (e *Election) Overrun() time.Duration {
+	now := e.s.Env().Now()
+	e.tasksMu.Lock()
+	defer e.tasksMu.Unlock()
+	var longest time.Duration
+	for lt := range e.live {
+		if !lt.ended.IsZero() {
+			longest = max(longest, now.Sub(lt.ended))
+		}
+	}
+	return longest
 }

@@ -56,6 +56,7 @@ type options struct {
 	kind      string
 	onRefuse  func(error)
 	onAttempt func(error)
+	onWon     func(*term.Term)
 }
 
 // WithListener sets the election's listener.
@@ -109,6 +110,12 @@ func OnRefused(f func(err error)) Option { return func(o *options) { o.onRefuse 
 // holds the lease, else why the attempt failed. Package lock's TryAcquire
 // uses it.
 func OnAttempt(f func(err error)) Option { return func(o *options) { o.onAttempt = f } }
+
+// OnWon calls f, with the engine's lock held, when the election wins a term,
+// before OnElected is queued: f must not block. Package lock uses it to hand
+// the term to Acquire without going through the delivery loop, which a
+// caller on that loop (a Direct callback) would be holding up.
+func OnWon(f func(t *term.Term)) Option { return func(o *options) { o.onWon = f } }
 
 // SingleTerm makes the election take only one term: when it ends, for any
 // reason (also StepDown, and an executor refusing its OnElected), the

@@ -46,8 +46,10 @@ var ErrRefused = errors.New("simba: executor refused the callback")
 // executor, with no engine lock held. An item whose run is refused by the
 // executor is skipped and its refused function called instead.
 type serial struct {
-	s    *session.Session
-	exec Executor
+	s     *session.Session
+	exec  Executor
+	owner *session.Claim // the election's claim: whose callbacks these are
+	quiet bool           // no user listener: callbacks run nothing of the user's
 
 	mu      sync.Mutex
 	items   []item
@@ -92,7 +94,7 @@ func (q *serial) next() {
 		q.items = q.items[1:]
 		q.mu.Unlock()
 		if it.refused == nil {
-			q.s.Inside(it.run)
+			it.run() // an internal step: engine code, never waits
 			continue
 		}
 		// Exactly one side goes on with the queue: this loop if the item
@@ -100,9 +102,10 @@ func (q *serial) next() {
 		// goroutine that ran it.
 		var handoff atomic.Int32
 		release := q.s.Hold()
+		_, loop := q.exec.(Direct)
 		err := q.exec.Execute(func() {
 			defer release()
-			q.s.Inside(it.run)
+			q.inside(loop, it.run)
 			if handoff.CompareAndSwap(0, 2) {
 				return
 			}
@@ -129,4 +132,17 @@ func (q *serial) close() {
 	q.mu.Lock()
 	q.closed = true
 	q.mu.Unlock()
+}
+
+// inside runs a callback marked as the election's, so that a blocking call
+// without a context made from it does not wait for itself; loop says it
+// runs on the session's delivery loop (a Direct executor, or a refused
+// OnRevoked run in place). Callbacks of an election without a user listener
+// run unmarked: nothing in them can wait.
+func (q *serial) inside(loop bool, f func()) {
+	if q.quiet {
+		f()
+		return
+	}
+	q.s.Inside(q.owner, loop, f)
 }

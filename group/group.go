@@ -109,6 +109,7 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 		parts:    make([]*part, partitions),
 	}
 	g.spawn = g.goTask
+	g.queue.owner = g
 	c, err := s.Claim(g.memberName(), memberHandler{g})
 	if err != nil {
 		return nil, fmt.Errorf("simba: join group %q: %w", name, err)
@@ -116,6 +117,7 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 	g.member = c
 	closed := false
 	s.Do(func() {
+		c.SetOwner(g)
 		if closed = g.closed; !closed {
 			c.Want(true)
 		}
@@ -260,7 +262,7 @@ func (g *Group) Leave(ctx context.Context) error {
 		return nil
 	default:
 	}
-	if g.s.InCallback(ctx) {
+	if g.s.WouldWaitForSelf(ctx, g) {
 		return ErrWouldBlockSelf
 	}
 	select {
@@ -479,6 +481,7 @@ func (g *Group) claim(pts []*part) {
 				continue
 			}
 			pt.c = cs[i]
+			pt.c.SetOwner(g) // the partition's callbacks and tasks are the group's
 			if pt.want && !g.closed && g.leaving == nil {
 				ready = append(ready, pt.c)
 			} else {
@@ -492,7 +495,7 @@ func (g *Group) claim(pts []*part) {
 
 // goTask runs a task on a session goroutine under the term's context.
 func (g *Group) goTask(p int, t *term.Term, task Task, done func()) {
-	g.s.Go(func() {
+	g.s.Go(g, func() {
 		defer done()
 		_ = task(t.Context(), p, t)
 	})

@@ -15,8 +15,9 @@ import (
 // function called instead. After shut, pushes are dropped: nothing is
 // delivered once Leave has completed.
 type serial struct {
-	s    *session.Session
-	exec election.Executor
+	s     *session.Session
+	exec  election.Executor
+	owner any // the group: whose callbacks these are, for self-waits
 
 	mu      sync.Mutex
 	items   []item
@@ -58,14 +59,15 @@ func (q *serial) drain() {
 		q.items = q.items[1:]
 		q.mu.Unlock()
 		if it.refused == nil {
-			q.s.Inside(it.run)
+			it.run() // an internal step: engine code, never waits
 			continue
 		}
 		var turn atomic.Int32 // 1: the executor returned first; 2: the item finished first
 		release := q.s.Hold()
+		_, loop := q.exec.(election.Direct)
 		err := q.exec.Execute(func() {
 			defer release()
-			q.s.Inside(it.run)
+			q.s.Inside(q.owner, loop, it.run)
 			if !turn.CompareAndSwap(0, 2) {
 				q.drain()
 			}

@@ -47,13 +47,14 @@ type waiter struct {
 	err  chan error
 }
 
-func (w *waiter) OnElected(t *term.Term) { w.once.Do(func() { w.won <- t }) }
-
-func (w *waiter) OnRevoked(*term.Term, term.RevokeReason) {}
+// win hands over the first term; it runs with the engine's lock held (a
+// buffered send that never blocks), not on the delivery loop, so Acquire
+// from a Direct-executor callback (which holds the loop up) still returns.
+func (w *waiter) win(t *term.Term) { w.once.Do(func() { w.won <- t }) }
 
 func acquire(ctx context.Context, s *session.Session, name string, try bool) (*Held, error) {
 	w := &waiter{won: make(chan *term.Term, 1), err: make(chan error, 1)}
-	opts := []election.Option{election.SingleTerm("lock"), election.WithListener(w), election.WithExecutor(election.Direct{})}
+	opts := []election.Option{election.SingleTerm("lock"), election.OnWon(w.win), election.WithExecutor(election.Direct{})}
 	if try {
 		opts = append(opts, election.OnAttempt(func(err error) {
 			select {

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/lock"
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/session/memory"
@@ -265,6 +266,53 @@ func TestTryAcquireWaitsForALiveSession(t *testing.T) {
 			}
 		case <-time.After(time.Minute):
 			t.Fatal("TryAcquire did not attempt once the session was LIVE again")
+		}
+	})
+}
+
+// Defect 5 of issue 9: lock.Acquire from a Direct-executor callback waited
+// until its context ended: its own win was queued on the delivery loop,
+// behind the blocked callback. It returns the lock now (the win does not go
+// through the loop), and closing it from there does not wait for itself.
+func TestAcquireFromADirectCallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.New()
+		s := open(t, b)
+		type result struct {
+			held     *lock.Held
+			err      error
+			closeErr error
+		}
+		got := make(chan result, 1)
+		_, err := election.Start(s, "leader", election.WithExecutor(election.Direct{}), election.WithListener(election.Funcs{
+			Elected: func(tm *term.Term) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+				defer cancel()
+				h, err := lock.Acquire(ctx, s, "resource")
+				r := result{held: h, err: err}
+				if h != nil {
+					r.closeErr = h.Close()
+				}
+				got <- r
+			},
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		r := <-got
+		if waited := time.Since(start); waited > time.Minute {
+			t.Fatalf("Acquire from a Direct callback returned after %v", waited)
+		}
+		if r.err != nil || r.held == nil {
+			t.Fatalf("Acquire from a Direct callback = %v, %v; want the lock", r.held, r.err)
+		}
+		if r.closeErr != nil && !errors.Is(r.closeErr, session.ErrWouldBlockSelf) {
+			t.Fatalf("Close from the callback = %v", r.closeErr)
+		}
+		synctest.Wait()
+		if _, _, ok := b.Owner("resource"); ok {
+			t.Fatal("the lock's lease was not released")
 		}
 	})
 }

@@ -24,7 +24,7 @@ wait_port() {
   return 1
 }
 for f in scripts/services/*.sh; do . "$f"; done
-SERVICES=(${SIMBA_SERVICES:-postgres mariadb redis zookeeper})
+SERVICES=(${SIMBA_SERVICES:-postgres mariadb redis zookeeper docker})
 for s in "${SERVICES[@]}"; do
   if declare -F "${s}_$cmd" >/dev/null; then "${s}_$cmd"; fi
 done

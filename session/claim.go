@@ -55,6 +55,7 @@ type Claim struct {
 	attempt uint64 // the attempt in flight, 0 if none
 	held    *held
 	dropped bool
+	owner   any // whose callbacks and tasks this claim's are, for self-waits; nil: the claim's own
 }
 
 // held is a lease the session holds for a claim: its term, valid or
@@ -106,6 +107,20 @@ func (c *Claim) setHeld(h *held) {
 		c.s.heldGen++
 	}
 	c.held = h
+}
+
+// SetOwner makes key (a group of claims, for instance) the owner of the
+// claim's callbacks and tasks for the self-wait rule
+// ([Session.WouldWaitForSelf]): a term's context then names key. By
+// default a claim owns its own. Call it before the claim wins a term.
+func (c *Claim) SetOwner(key any) { c.owner = key }
+
+// ownerKey is the claim's owner for self-waits.
+func (c *Claim) ownerKey() any {
+	if c.owner != nil {
+		return c.owner
+	}
+	return c
 }
 
 // kind is what the claim's handler calls itself in Snapshot, or "".

@@ -81,13 +81,19 @@ type Event struct {
 	ClaimKind string
 	// Reason is why the term ended (TermRevoked).
 	Reason term.RevokeReason
+	// Deadline is the local deadline of the term's session when the term
+	// ended (TermRevoked): a term was never valid past it, so a term that
+	// ended because its deadline passed (noticed at Time, perhaps late,
+	// after a pause of the process) was over at Deadline already.
+	Deadline time.Time
 	// Err is the failure behind SessionSuspended or BackendContractViolation.
 	Err error
 }
 
 // A Listener receives events. It is called with no lock held but in the
-// order events happen, on the goroutine that caused them: it must return
-// quickly and must not wait for the session.
+// order events happen, on the session's delivery loop: it must return
+// quickly and must not wait for the session (Close from a Listener would
+// wait for the loop that is running it).
 type Listener func(Event)
 
 // LogEvents returns a Listener that logs events through l: errors for

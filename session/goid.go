@@ -5,16 +5,21 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 )
 
-// Blocking calls (Close, an election's Stop) must not wait when called from
-// a callback or a leader task, because that would be waiting for oneself.
-// Where a context is passed, the contexts the engine hands out carry a
-// marker; where none is (io.Closer), the engine recognises the goroutines
-// that run its callbacks and tasks. Go has no public goroutine identity, so
-// it reads the id from the goroutine's stack header; this costs about a
-// microsecond and happens only when callbacks start and blocking calls
-// begin. docs/adr/0005-self-wait.md explains the choice.
+// Blocking calls (Close, an election's Stop) must not wait when what they
+// wait for depends on the caller. The contexts the engine hands out (a
+// term's, so every leader task's) name the claim they belong to, which
+// settles calls that take a context exactly and for free. io.Closer's
+// Close takes none, and Go has no other way to tell "this goroutine is the
+// callback Close would wait for": for those calls only, the goroutines
+// running user callbacks and leader tasks are marked with their goroutine
+// id, read from the stack header (about a microsecond). Nothing on the
+// engine's own paths is marked (deferred effects, events, backend calls,
+// callbacks of elections without a user listener, such as a lock's), and
+// the id is read back only while some goroutine is marked.
+// docs/adr/0070-exact-self-wait.md explains the choice.
 func goid() uint64 {
 	var buf [64]byte
 	b := buf[:runtime.Stack(buf[:], false)]
@@ -26,40 +31,53 @@ func goid() uint64 {
 	return id
 }
 
-// goroutines is a set of goroutine ids running engine-owned code.
-type goroutines struct {
-	mu  sync.Mutex
-	ids map[uint64]int
+// mark says what a marked goroutine is running: a callback or task of
+// owner (a claim, or the key set with Claim.SetOwner; nil: something of the
+// whole session), on the delivery loop (a Direct callback: everything the
+// loop delivers waits for it) or not.
+type mark struct {
+	owner any
+	loop  bool
 }
 
-func (g *goroutines) enter() uint64 {
+// goroutines is the set of marked goroutines.
+type goroutines struct {
+	n   atomic.Int32 // how many marks exist: zero means nobody to look up
+	mu  sync.Mutex
+	ids map[uint64][]mark
+}
+
+func (g *goroutines) enter(m mark) uint64 {
 	id := goid()
 	g.mu.Lock()
 	if g.ids == nil {
-		g.ids = make(map[uint64]int)
+		g.ids = make(map[uint64][]mark)
 	}
-	g.ids[id]++
+	g.ids[id] = append(g.ids[id], m)
 	g.mu.Unlock()
+	g.n.Add(1)
 	return id
 }
 
 func (g *goroutines) exit(id uint64) {
 	g.mu.Lock()
-	if g.ids[id]--; g.ids[id] <= 0 {
+	ms := g.ids[id]
+	if len(ms) <= 1 {
 		delete(g.ids, id)
+	} else {
+		g.ids[id] = ms[:len(ms)-1]
 	}
 	g.mu.Unlock()
+	g.n.Add(-1)
 }
 
-func (g *goroutines) current() bool {
-	g.mu.Lock()
-	n := len(g.ids)
-	g.mu.Unlock()
-	if n == 0 {
-		return false
+// current returns the marks of the calling goroutine.
+func (g *goroutines) current() []mark {
+	if g.n.Load() == 0 {
+		return nil
 	}
 	id := goid()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.ids[id] > 0
+	return append([]mark(nil), g.ids[id]...)
 }

@@ -41,15 +41,17 @@ type Session struct {
 	env       Env
 	log       *slog.Logger // the event log, nil when off
 	listeners []Listener
+	termCtx   func(context.Context, Event) context.Context
 	root      context.Context
 	cancel    context.CancelFunc
-	inside    goroutines // goroutines running callbacks and tasks
+	inside    goroutines // goroutines running user callbacks and tasks (for calls without a context)
 	wg        sync.WaitGroup
 	ready     chan struct{} // closed when the first backend session is open
 	closed    chan struct{}
 
 	mu         sync.Mutex
 	state      State
+	since      time.Time // when state last changed, on the Env's clock
 	inc        *incarnation
 	renewEvery time.Duration
 	seq        uint64
@@ -67,7 +69,13 @@ type Session struct {
 	openRetry  timer // the next Open after a failed one
 	effects    []func()
 	draining   bool
+	queued     uint64     // effects deferred so far
+	delivered  uint64     // effects run so far: the delivery loop's progress
+	progress   *sync.Cond // on mu: delivered moved
 	unsub      func()
+
+	watchMu  sync.Mutex
+	watchers map[*func(Notice)]struct{} // see WatchNotices
 }
 
 // incarnation is one backend session.
@@ -148,10 +156,14 @@ func New(b Backend, opts ...Option) (*Session, error) {
 		ready:     make(chan struct{}),
 		closed:    make(chan struct{}),
 		state:     Opening,
+		termCtx:   o.termCtx,
+		watchers:  make(map[*func(Notice)]struct{}),
 		claims:    make(map[string]*Claim),
 		tokens:    make(map[string]uint64),
 	}
+	s.since = s.env.Now()
 	s.renewEvery = s.cfg.RenewInterval
+	s.progress = sync.NewCond(&s.mu)
 	if bc, ok := b.(Broadcaster); ok {
 		unsub, err := bc.Subscribe(s.notice)
 		if err != nil {
@@ -231,10 +243,11 @@ func (s *Session) Remaining() time.Duration {
 // started has returned. Called from a callback or a leader task, it does not
 // wait (that would be waiting for itself) and returns ErrWouldBlockSelf.
 func (s *Session) Close() error {
+	self := s.WouldWaitForSelf(context.Background(), nil)
 	s.mu.Lock()
 	if s.state == Closed {
 		s.mu.Unlock()
-		if s.inside.current() {
+		if self {
 			// The Close under way may be waiting for this very callback
 			// or task.
 			return ErrWouldBlockSelf
@@ -242,7 +255,7 @@ func (s *Session) Close() error {
 		<-s.closed
 		return nil
 	}
-	s.state = Closed
+	s.setState(Closed)
 	inc := s.inc
 	s.stopTimer(&s.candidate)
 	s.stopTimer(&s.openRetry)
@@ -266,6 +279,7 @@ func (s *Session) Close() error {
 	} else {
 		s.emit(Event{Kind: SessionClosed})
 	}
+	caused := s.queued // the callbacks and events this Close caused end here
 	s.mu.Unlock()
 	s.drain()
 
@@ -281,10 +295,18 @@ func (s *Session) Close() error {
 	if s.unsub != nil {
 		s.unsub()
 	}
-	if s.inside.current() {
+	if self {
 		close(s.closed)
 		return errors.Join(err, ErrWouldBlockSelf)
 	}
+	// Another goroutine may be running the delivery loop (drain returned at
+	// once): wait until it has delivered what this Close caused, so that
+	// every OnRevoked is queued (and held) before waiting for the holds.
+	s.mu.Lock()
+	for s.delivered < caused {
+		s.progress.Wait()
+	}
+	s.mu.Unlock()
 	s.wg.Wait()
 	close(s.closed)
 	return err
@@ -327,7 +349,10 @@ func (s *Session) emit(e Event) {
 // with the lock held (inside [Session.Do] or a [ClaimHandler] method).
 // Modules built on the session use it to deliver callbacks in order without
 // holding the lock.
-func (s *Session) Defer(f func()) { s.effects = append(s.effects, f) }
+func (s *Session) Defer(f func()) {
+	s.effects = append(s.effects, f)
+	s.queued++
+}
 
 // Do runs f with the engine's lock held, then runs what f deferred. It is
 // how modules built on the session (election, lock, group) change engine
@@ -339,9 +364,12 @@ func (s *Session) Do(f func()) {
 	s.drain()
 }
 
-// drain runs deferred effects in order. One goroutine drains at a time; an
-// effect that re-enters the engine leaves its own effects to the loop
-// already running, so order is kept and nothing recurses.
+// drain runs the session's delivery loop: deferred effects, in order. One
+// goroutine runs it at a time (the first to release the lock with effects
+// pending; no goroutine hop); an effect that re-enters the engine leaves
+// its own effects to the loop already running, so order is kept and
+// nothing recurses. delivered counts its progress, for Close to wait on
+// what it caused when another goroutine runs the loop.
 func (s *Session) drain() {
 	s.mu.Lock()
 	if s.draining {
@@ -354,24 +382,25 @@ func (s *Session) drain() {
 		s.effects[0] = nil
 		s.effects = s.effects[1:]
 		s.mu.Unlock()
-		id := s.inside.enter()
 		f()
-		s.inside.exit(id)
 		s.mu.Lock()
+		s.delivered++
+		s.progress.Broadcast()
 	}
 	s.effects = nil
 	s.draining = false
 	s.mu.Unlock()
 }
 
-// Go runs f on a goroutine of the session's Env, counted by Close and
-// recognised as the session's own (so that blocking calls made from f do
-// not wait for f). Modules built on the session run leader tasks with it.
-func (s *Session) Go(f func()) {
+// Go runs f, a leader task of owner (a claim or a claim's owner key; nil:
+// the whole session's), on a goroutine of the session's Env, counted by
+// Close and recognised as owner's (so that blocking calls made from f do not
+// wait for f). Modules built on the session run leader tasks with it.
+func (s *Session) Go(owner any, f func()) {
 	s.wg.Add(1)
 	s.env.Go(func() {
 		defer s.wg.Done()
-		s.Inside(f)
+		s.Inside(owner, false, f)
 	})
 }
 
@@ -385,23 +414,37 @@ func (s *Session) Hold() (release func()) {
 	return func() { once.Do(s.wg.Done) }
 }
 
-// Inside runs f marked as the session's own code: blocking calls made from
-// f do not wait for work that f itself may be delaying. Callback executors
-// of modules built on the session wrap callbacks with it.
-func (s *Session) Inside(f func()) {
-	id := s.inside.enter()
+// Inside runs f, a user callback of owner (a claim or a claim's owner key;
+// nil: the whole session's), marked as such: blocking calls made from f
+// without a context do not wait for work that f itself delays. loop says f
+// runs on the delivery loop (a Direct executor), which then delivers
+// nothing else until f returns. Callback executors of modules built on the
+// session wrap user callbacks with it.
+func (s *Session) Inside(owner any, loop bool, f func()) {
+	id := s.inside.enter(mark{owner: owner, loop: loop})
 	defer s.inside.exit(id)
 	f()
 }
 
-// InCallback reports whether the calling goroutine is running one of the
-// session's callbacks or tasks, or ctx was handed out by the session (a
-// term's context). Blocking calls use it to avoid waiting for themselves.
-func (s *Session) InCallback(ctx context.Context) bool {
-	if ctx != nil && ctx.Value(markerKey{}) == s {
+// WouldWaitForSelf reports whether a wait for owner's handovers (owner: a
+// claim or a claim's owner key; nil: the whole session, as Close waits)
+// would wait for the caller itself: ctx was handed out for a term of owner
+// (its callbacks' and tasks' context; any term of the session when owner is
+// nil), or the calling goroutine is running owner's callback or task (any,
+// for nil), or a callback on the delivery loop, which every handover's
+// delivery waits for. A wait for another owner's handover from a callback
+// or task off the loop does not depend on the caller, and waits. Blocking
+// calls use it to avoid deadlocking on themselves.
+func (s *Session) WouldWaitForSelf(ctx context.Context, owner any) bool {
+	if m, _ := ctx.Value(markerKey{}).(*Claim); m != nil && m.s == s && (owner == nil || m.ownerKey() == owner) {
 		return true
 	}
-	return s.inside.current()
+	for _, m := range s.inside.current() {
+		if owner == nil || m.owner == nil || m.owner == owner || m.loop {
+			return true
+		}
+	}
+	return false
 }
 
 type markerKey struct{}
@@ -409,8 +452,10 @@ type markerKey struct{}
 // FromContext returns the session that handed out ctx (a term's context or
 // one derived from it), or nil.
 func FromContext(ctx context.Context) *Session {
-	s, _ := ctx.Value(markerKey{}).(*Session)
-	return s
+	if c, _ := ctx.Value(markerKey{}).(*Claim); c != nil {
+		return c.s
+	}
+	return nil
 }
 
 // after arms t to run f with the lock held after d. Lock held.

@@ -654,7 +654,7 @@ func TestCloseFromATaskWhileAnotherCloseWaitsDoesNotDeadlock(t *testing.T) {
 		_, r := f.claim("jobs")
 		tm := r.terms()[0]
 		inner := make(chan error, 1)
-		f.s.Go(func() {
+		f.s.Go(nil, func() {
 			<-tm.Done()
 			inner <- f.s.Close()
 		})
