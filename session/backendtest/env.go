@@ -102,7 +102,13 @@ func (e *env) open() *sess {
 // session when the test ends.
 func (e *env) openOn(b driver.Backend) *sess {
 	e.t.Helper()
-	reply, err := b.Open(e.ctx(), driver.OpenRequest{LeaseDuration: e.cfg.Lease})
+	return e.openAs(b, driver.Owner{})
+}
+
+// openAs is openOn for a session that says who opened it.
+func (e *env) openAs(b driver.Backend, owner driver.Owner) *sess {
+	e.t.Helper()
+	reply, err := b.Open(e.ctx(), driver.OpenRequest{LeaseDuration: e.cfg.Lease, Owner: owner})
 	if err != nil {
 		e.t.Fatalf("Open(lease %v): %v", e.cfg.Lease, err)
 	}
