@@ -40,6 +40,7 @@ type Backend struct {
 	mu   sync.Mutex // guards sub
 	sub  *subscription
 	next uint64 // id of the last subscriber
+	shut bool   // Shutdown was called: Subscribe refuses
 }
 
 var (

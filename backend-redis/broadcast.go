@@ -51,6 +51,9 @@ func (b *Backend) Subscribe(fn func(driver.Notice)) (stop func(), err error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.shut {
+		return nil, errShut
+	}
 	if b.sub == nil {
 		s, err := b.startSubscription()
 		if err != nil {

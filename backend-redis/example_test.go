@@ -91,3 +91,26 @@ func ExampleFencedSet() {
 		fmt.Println("a later leader has written; stop")
 	}
 }
+
+// Every backend package shuts down the same way. On Redis, Shutdown stops
+// the backend's pub/sub subscription; the client stays yours to close.
+// Needs a Redis server, so it is compiled but not run.
+func ExampleBackend_Shutdown() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	defer rdb.Close() // after Shutdown: the client is the application's
+
+	b, err := redisbackend.New(rdb, "billing")
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := session.Open(context.Background(), b)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = s.Close() // sessions first
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.Shutdown(ctx); err != nil {
+		log.Fatal(err)
+	}
+}

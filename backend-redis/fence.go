@@ -2,18 +2,19 @@ package redisbackend
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/simba-go/simba/term"
 )
 
 // ErrFenced is returned by [FencedSet] when a write carries a token lower
 // than one that has already written through the fence: a later term owns
-// the resource, and this writer's term has ended.
-var ErrFenced = errors.New("redisbackend: write fenced off by a higher token")
+// the resource, and this writer's term has ended. It is [term.ErrFenced]
+// (the same value), which the SQL fencing helpers return too.
+var ErrFenced = term.ErrFenced
 
 // fencedSetScript: KEYS[1] fence key, KEYS[2] data key; ARGV[1] token,
 // ARGV[2] value, ARGV[3] ttl in ms (0: none). Tokens are compared as

@@ -37,7 +37,7 @@ func postgresSetup(ctx context.Context, ns string) (*backend, error) {
 		cl.run()
 		return nil, err
 	}
-	cl.add(b.Shutdown)
+	cl.add(func() { _ = b.Shutdown(context.Background()) })
 	simba, simbaH, err := simbaCases(ctx, b, deadline.Config{}, &cl)
 	if err != nil {
 		cl.run()
@@ -96,7 +96,7 @@ func mariadbSetup(ctx context.Context, ns string) (*backend, error) {
 		cl.run()
 		return nil, err
 	}
-	cl.add(b.Shutdown)
+	cl.add(func() { _ = b.Shutdown(context.Background()) })
 	// MariaDB has no release notice: B polls on the candidate tick
 	// (RenewInterval/2 + jitter), so a short lease keeps the samples short.
 	simba, simbaH, err := simbaCases(ctx, b, deadline.Config{LeaseDuration: 2 * time.Second}, &cl)

@@ -34,7 +34,9 @@ type Notice = driver.Notice
 // so errors.Is matches either name.
 var (
 	// ErrExpired: the backend session expired (or never existed). A
-	// session never comes back: the engine opens a new one.
+	// session never comes back: the engine opens a new one. Not to be
+	// confused with term.ErrExpired, which a term's EnsureValid returns
+	// when this node's own deadline check fails.
 	ErrExpired = driver.ErrExpired
 	// ErrClosed: the session or the backend value has been closed.
 	ErrClosed = driver.ErrClosed

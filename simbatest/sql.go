@@ -44,7 +44,7 @@ func (s *PostgresServer) open(t testing.TB) (*pgxpool.Pool, *pgsimba.Backend) {
 		pool.Close()
 		t.Fatalf("simbatest: postgres backend: %v", err)
 	}
-	t.Cleanup(func() { b.Shutdown(); pool.Close() })
+	t.Cleanup(func() { _ = b.Shutdown(context.Background()); pool.Close() })
 	return pool, b
 }
 
@@ -115,7 +115,7 @@ func (s *MySQLServer) NewBackend(t testing.TB) *mysqlsimba.Backend {
 		_ = db.Close()
 		t.Fatalf("simbatest: mysql backend: %v", err)
 	}
-	t.Cleanup(func() { b.Shutdown(); _ = db.Close() })
+	t.Cleanup(func() { _ = b.Shutdown(context.Background()); _ = db.Close() })
 	if s.DB == nil {
 		s.DB = db
 	}

@@ -9,8 +9,18 @@ import (
 )
 
 // ErrExpired is matched (errors.Is) by the error [Term.EnsureValid] returns
-// when the term has ended or will not stay valid long enough.
+// when the term has ended or will not stay valid long enough: a check made
+// by this node, before it writes. It is not session.ErrExpired, which says
+// that a backend session has expired on the backend.
 var ErrExpired = errors.New("simba: term expired")
+
+// ErrFenced is matched (errors.Is) by the error a fencing helper returns
+// when a write carries a token lower than one that has already written: a
+// later term owns the resource, this writer's term is over, and its write
+// did not happen. Every backend's helper returns it (fence.ErrStale on SQL
+// and redisbackend.ErrFenced on Redis are this same value), so one check
+// serves them all.
+var ErrFenced = errors.New("simba: fenced: a later term has written")
 
 // A Lifeline tells how long the session a term belongs to may still be
 // believed alive: the time left until its local deadline on the node's

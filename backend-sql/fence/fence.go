@@ -11,12 +11,14 @@ import (
 
 	"github.com/simba-go/simba/backend-sql/internal/core"
 	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/term"
 )
 
 // ErrStale is returned by a guard when a higher token has already written
 // under the name: the caller's term is over, and its write must not
-// happen. Roll the transaction back.
-var ErrStale = errors.New("simba: fenced: a later term has written")
+// happen. Roll the transaction back. It is [term.ErrFenced] (the same
+// value), which the Redis fencing helper returns too.
+var ErrStale = term.ErrFenced
 
 // Dialect is the SQL dialect of a [Table].
 type Dialect int

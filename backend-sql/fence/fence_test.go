@@ -77,7 +77,7 @@ func pgStore(t *testing.T, viaSQL bool) store {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() {
-				b.Shutdown()
+				_ = b.Shutdown(context.Background())
 				_, _ = pool.Exec(context.Background(), "DROP FUNCTION IF EXISTS "+p+"_open_v1, "+p+"_renew_v1, "+p+"_acquire_v1, "+p+"_release_v1, "+p+"_close_v1; DROP TABLE IF EXISTS "+p+"_sessions, "+p+"_leases")
 			})
 			return b
@@ -159,7 +159,7 @@ func mysqlStore(t *testing.T) store {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() {
-				b.Shutdown()
+				_ = b.Shutdown(context.Background())
 				for _, r := range []string{"open_v1", "renew_v1", "acquire_v1", "release_v1", "close_v1"} {
 					_, _ = db.ExecContext(context.Background(), "DROP PROCEDURE IF EXISTS "+p+"_"+r)
 				}

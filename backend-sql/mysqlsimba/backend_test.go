@@ -49,7 +49,7 @@ func ExampleNew() {
 		fmt.Println(err)
 		return
 	}
-	defer b.Shutdown()
+	defer func() { _ = b.Shutdown(context.Background()) }()
 	// Hand b to the session engine; it is a driver.Backend. Candidates
 	// poll: MySQL has no LISTEN/NOTIFY.
 	var _ driver.Backend = b
@@ -65,7 +65,7 @@ func TestSchemaFromMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Shutdown()
+	defer func() { _ = b.Shutdown(context.Background()) }()
 	if _, err := b.Open(sqltest.Ctx(t), driver.OpenRequest{LeaseDuration: time.Second}); err == nil {
 		t.Fatal("Open succeeded without a schema")
 	}

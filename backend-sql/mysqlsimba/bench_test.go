@@ -32,7 +32,7 @@ func bench(b *testing.B) sqltest.Bench {
 				if err != nil {
 					b.Fatal(err)
 				}
-				b.Cleanup(be.Shutdown)
+				b.Cleanup(func() { _ = be.Shutdown(context.Background()) })
 				return be
 			}
 			schemaMade[prefix] = true

@@ -1,6 +1,7 @@
 package mysqlsimba_test
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func TestConformance(t *testing.T) {
 			if err != nil {
 				t.Fatalf("mysqlsimba.New(%q): %v", namespace, err)
 			}
-			t.Cleanup(b.Shutdown)
+			t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
 			return b
 		},
 		Lease: 2 * time.Second,

@@ -61,7 +61,7 @@ func newBackend(t testing.TB, db *sql.DB, prefix string) *mysqlsimba.Backend {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() {
-		b.Shutdown()
+		_ = b.Shutdown(context.Background())
 		dropSchema(t, db, prefix)
 	})
 	return b
@@ -93,7 +93,7 @@ func harness(t *testing.T) sqltest.Harness {
 			if err != nil {
 				return nil, nil, err
 			}
-			return b, b.Shutdown, nil
+			return b, func() { _ = b.Shutdown(context.Background()) }, nil
 		},
 		NewCounted: func(t testing.TB, w *sqltest.WireCounter) driver.Backend {
 			cdb := newDB(t, d, w)

@@ -283,13 +283,15 @@ func (b *Backend) migrate(ctx context.Context) (err error) {
 
 // Shutdown closes the backend's prepared statements. The database handle
 // is the caller's and stays open. Later calls fail with an error wrapping
-// driver.ErrClosed.
-func (b *Backend) Shutdown() {
+// driver.ErrClosed. It does no network wait, so ctx is not used; it takes
+// one because every backend package's Shutdown has this shape (ADR 0061).
+func (b *Backend) Shutdown(ctx context.Context) error {
 	b.core.Shut()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.shut = true
 	b.stmts.closeAll()
+	return nil
 }
 
 // Inspect implements [driver.Inspector] with one query: the held leases

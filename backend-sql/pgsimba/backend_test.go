@@ -33,7 +33,7 @@ func ExampleConnect() {
 		fmt.Println(err)
 		return
 	}
-	defer b.Shutdown()
+	defer func() { _ = b.Shutdown(context.Background()) }()
 	// Hand b to the session engine; it is a driver.Backend and a
 	// driver.Broadcaster.
 	var _ driver.Backend = b
@@ -62,7 +62,7 @@ func ExampleNew() {
 		fmt.Println(err) // errors.Is(err, sqlbackend.ErrInvalidPrefix) for a bad prefix
 		return
 	}
-	defer b.Shutdown() // stops the LISTEN connection; the pool stays yours
+	defer func() { _ = b.Shutdown(context.Background()) }() // stops the LISTEN connection; the pool stays yours
 	s, err := session.Open(ctx, b)
 	if err != nil {
 		fmt.Println(err)
@@ -81,7 +81,7 @@ func TestSchemaFromMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Shutdown()
+	defer func() { _ = b.Shutdown(context.Background()) }()
 	if _, err := b.Open(sqltest.Ctx(t), driver.OpenRequest{LeaseDuration: time.Second}); err == nil {
 		t.Fatal("Open succeeded without a schema")
 	}

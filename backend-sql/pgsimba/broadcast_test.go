@@ -1,6 +1,7 @@
 package pgsimba_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -53,7 +54,7 @@ func TestBroadcastRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(b.Shutdown)
+	t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
 	ch, _ := subscribe(t, b)
 	next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
 
@@ -139,7 +140,7 @@ func TestSubscribeStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(w.Shutdown)
+	t.Cleanup(func() { _ = w.Shutdown(context.Background()) })
 	ch, _ := subscribe(t, w)
 	next(t, ch, "witness LISTEN up", func(n driver.Notice) bool { return n.Name == "" })
 	id := open(t, a, 10*time.Second)
@@ -151,7 +152,7 @@ func TestSubscribeStop(t *testing.T) {
 	if late.Load() {
 		t.Fatal("fn called after stop returned")
 	}
-	a.Shutdown()
+	_ = a.Shutdown(context.Background())
 	if _, err := a.Subscribe(func(driver.Notice) {}); err == nil {
 		t.Fatal("Subscribe after Shutdown succeeded")
 	}

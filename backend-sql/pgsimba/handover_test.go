@@ -1,6 +1,7 @@
 package pgsimba_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -41,7 +42,7 @@ func TestEngineHandoverByNotify(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(b.Shutdown)
+		t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
 		s, err := session.Open(ctxT(t), b, session.WithConfig(deadline.Config{}), session.WithLogger(nil))
 		if err != nil {
 			t.Fatal(err)

@@ -58,7 +58,7 @@ func newBackend(t testing.TB, pool *pgxpool.Pool, prefix string) *pgsimba.Backen
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() {
-		b.Shutdown()
+		_ = b.Shutdown(context.Background())
 		dropSchema(t, pool, prefix)
 	})
 	return b
@@ -98,7 +98,7 @@ func harness(t *testing.T) sqltest.Harness {
 			if err != nil {
 				return nil, nil, err
 			}
-			return b, b.Shutdown, nil
+			return b, func() { _ = b.Shutdown(context.Background()) }, nil
 		},
 		NewCounted: func(t testing.TB, w *sqltest.WireCounter) driver.Backend {
 			return newBackend(t, newPool(t, url+"&pool_max_conns=1", w), "")
@@ -168,6 +168,6 @@ func newBackendNoDrop(t testing.TB, pool *pgxpool.Pool, prefix string) (*pgsimba
 	if err != nil {
 		return nil, err
 	}
-	t.Cleanup(b.Shutdown)
+	t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
 	return b, nil
 }

@@ -85,7 +85,7 @@ func TestFailingListenerIsLogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(b.Shutdown)
+	t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
 	ch, _ := subscribe(t, b)
 	next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
 	channel, _ := pgsimba.Channel(prefix)

@@ -214,8 +214,10 @@ func (b *Backend) installed(ctx context.Context, q interface {
 // Shutdown stops the LISTEN connection, if any, and closes the pool if
 // [Connect] opened it. Sessions are not closed: close them first (the
 // engine does on its Close). Later calls fail with an error wrapping
-// driver.ErrClosed.
-func (b *Backend) Shutdown() {
+// driver.ErrClosed. ctx bounds nothing today (stopping the LISTEN
+// connection does not wait on the network); it is there because every
+// backend package's Shutdown has this shape (ADR 0061).
+func (b *Backend) Shutdown(ctx context.Context) error {
 	b.core.Shut()
 	b.mu.Lock()
 	stop := b.stop
@@ -228,6 +230,7 @@ func (b *Backend) Shutdown() {
 	if b.ownPool {
 		b.pool.Close()
 	}
+	return nil
 }
 
 // Open implements [driver.Backend]: a new session with a random 128-bit

@@ -1,6 +1,7 @@
 package pgsimba_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
@@ -21,7 +22,7 @@ func TestSchemaVersions(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			t.Cleanup(b.Shutdown)
+			t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
 			return b, nil
 		},
 		InstallFirst: func(t *testing.T, prefix string) {
