@@ -50,7 +50,9 @@ func (s *Session) InspectLater(req InspectRequest, reply func([]Holder, error)) 
 		hs, err = insp.Inspect(ctx, req)
 	}, func(timedOut bool) {
 		if timedOut {
-			hs, err = nil, context.DeadlineExceeded
+			// op may still be running and writing hs and err: leave them.
+			reply(nil, context.DeadlineExceeded)
+			return
 		}
 		reply(hs, err)
 	}, nil)
