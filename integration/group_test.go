@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/group"
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/term"
@@ -82,7 +83,7 @@ func TestGroupStory(t *testing.T) {
 		l := &groupLog{open: map[string]uint64{}, tokens: map[int]map[uint64]string{}}
 		join := func(name string) *groupMember {
 			m := &groupMember{name: name, b: &cut{Backend: newClient()}}
-			s, err := session.Open(t.Context(), m.b, session.WithConfig(timing), session.WithLogger(nil), session.WithIdentity(name, nil))
+			s, err := session.Open(t.Context(), m.b, session.WithConfig(groupTiming), session.WithLogger(nil), session.WithIdentity(name, nil))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,12 +126,22 @@ func TestGroupStory(t *testing.T) {
 	})
 }
 
+// groupTiming is the story's: backend calls time out after a renewal
+// period, so a loaded machine (every test suite at once, -race) needs more
+// than the 600ms of the election story, or sessions flap and membership
+// never stops changing.
+var groupTiming = deadline.Config{LeaseDuration: 4 * time.Second, RenewInterval: time.Second}
+
+// settleLimit bounds each settling of the story: a few leases and
+// ticks, generous for a loaded machine.
+const settleLimit = 45 * time.Second
+
 // settleGroup samples ownership until the members own all n partitions
 // fairly, failing at once if a partition ever has two valid owners.
 func settleGroup(t *testing.T, n int, ms ...*groupMember) {
 	t.Helper()
 	lo, hi := n/len(ms), (n+len(ms)-1)/len(ms)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(settleLimit)
 	for {
 		owners := make(map[int][]*term.Term)
 		who := make(map[*term.Term]string)
@@ -162,7 +173,12 @@ func settleGroup(t *testing.T, n int, ms ...*groupMember) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not settled within 30s: %d of %d partitions owned by %d members", len(owners), n, len(ms))
+			var state []string
+			for _, m := range ms {
+				snap := m.g.Snapshot()
+				state = append(state, fmt.Sprintf("%s: %s, session %s, owns %d, sees %v", m.name, snap.Status, m.s.State(), len(snap.Owned), snap.Members))
+			}
+			t.Fatalf("not settled within %v: %d of %d partitions owned by %d members: %v", settleLimit, len(owners), n, len(ms), state)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
