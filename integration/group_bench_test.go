@@ -9,6 +9,7 @@ import (
 
 	"github.com/simba-go/simba/group"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // BenchmarkGroupScale: 1,024 partitions over 10 members on each backend
@@ -91,22 +92,22 @@ type counting struct {
 	calls atomic.Int64
 }
 
-func (c *counting) Renew(ctx context.Context, r session.RenewRequest) (session.RenewReply, error) {
+func (c *counting) Renew(ctx context.Context, r driver.RenewRequest) (driver.RenewReply, error) {
 	c.calls.Add(1)
 	return c.cut.Renew(ctx, r)
 }
 
-func (c *counting) Acquire(ctx context.Context, r session.AcquireRequest) (session.AcquireReply, error) {
+func (c *counting) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.AcquireReply, error) {
 	c.calls.Add(1)
 	return c.cut.Acquire(ctx, r)
 }
 
-func (c *counting) Release(ctx context.Context, r session.ReleaseRequest) error {
+func (c *counting) Release(ctx context.Context, r driver.ReleaseRequest) error {
 	c.calls.Add(1)
 	return c.cut.Release(ctx, r)
 }
 
-func (c *counting) Inspect(ctx context.Context, r session.InspectRequest) ([]session.Holder, error) {
+func (c *counting) Inspect(ctx context.Context, r driver.InspectRequest) ([]driver.Holder, error) {
 	c.calls.Add(1)
 	return c.cut.Inspect(ctx, r)
 }

@@ -10,16 +10,17 @@ import (
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/group"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/term"
 )
 
 // Inspect forwards the inner backend's inspection: a decorator keeps the
 // capabilities of what it wraps.
-func (c *cut) Inspect(ctx context.Context, r session.InspectRequest) ([]session.Holder, error) {
+func (c *cut) Inspect(ctx context.Context, r driver.InspectRequest) ([]driver.Holder, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	insp, ok := c.Backend.(session.Inspector)
+	insp, ok := c.Backend.(driver.Inspector)
 	if !ok {
 		return nil, fmt.Errorf("%T: %w", c.Backend, session.ErrNoInspector)
 	}
