@@ -10,6 +10,7 @@ require (
 	github.com/simba-go/simba/backend-redis v0.1.0
 	github.com/simba-go/simba/backend-sql v0.1.0
 	github.com/simba-go/simba/backend-zk v0.1.0
+	github.com/simba-go/simba/deadline v0.1.0
 	github.com/simba-go/simba/election v0.1.0
 	github.com/simba-go/simba/lock v0.1.0
 	github.com/simba-go/simba/session v0.1.0
@@ -23,7 +24,7 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/simba-go/simba/deadline v0.1.0 // indirect
+	github.com/simba-go/simba/internal v0.1.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.30.0 // indirect
@@ -45,3 +46,5 @@ replace github.com/simba-go/simba/backend-sql => ../../backend-sql
 replace github.com/simba-go/simba/backend-redis => ../../backend-redis
 
 replace github.com/simba-go/simba/backend-zk => ../../backend-zk
+
+replace github.com/simba-go/simba/internal => ../../internal
