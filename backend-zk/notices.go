@@ -83,11 +83,16 @@ func (n *notifier) unsubscribe(id int, sub *subscriber) {
 	if inLoop {
 		return
 	}
-	n.delivering.Lock() // waits for a delivery in progress
-	n.delivering.Unlock()
+	n.waitDelivery()
 	if done != nil {
 		<-done
 	}
+}
+
+// waitDelivery returns once no notice is being delivered.
+func (n *notifier) waitDelivery() {
+	n.delivering.Lock()
+	defer n.delivering.Unlock() // taken only to wait for the holder
 }
 
 // post queues a notice without waiting.
