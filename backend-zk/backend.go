@@ -318,9 +318,16 @@ func (b *Backend) Shutdown(ctx context.Context) error {
 	for _, s := range all {
 		errs = append(errs, s.close(ctx))
 	}
-	b.notices.shutdown()
+	// A subscriber still inside its function is waited for, within ctx.
+	loopDone := b.notices.shutdown()
 	done := make(chan struct{})
-	go func() { b.wg.Wait(); close(done) }()
+	go func() {
+		b.wg.Wait()
+		if loopDone != nil {
+			<-loopDone
+		}
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-ctx.Done():

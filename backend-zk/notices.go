@@ -161,21 +161,21 @@ func (n *notifier) deliver(x session.Notice) {
 	}
 }
 
-// shutdown stops delivery for good and waits for the loop.
-func (n *notifier) shutdown() {
+// shutdown stops delivery for good; the loop ends after the delivery in
+// progress, if any, and closes the returned channel (nil: no loop ran).
+func (n *notifier) shutdown() (done <-chan struct{}) {
 	n.mu.Lock()
 	n.shut = true
 	for _, s := range n.subs {
 		s.stopped.Store(true)
 	}
 	clear(n.subs)
-	quit, done := n.quit, n.done
+	quit, loopDone := n.quit, n.done
 	n.quit, n.done, n.queue = nil, nil, nil
 	n.mu.Unlock()
-	if quit != nil {
-		close(quit)
-		if n.loopGID.Load() != goid() {
-			<-done
-		}
+	if quit == nil {
+		return nil
 	}
+	close(quit)
+	return loopDone
 }
