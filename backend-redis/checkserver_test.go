@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	redisbackend "github.com/simba-go/simba/backend-redis"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // logged is a slog handler that keeps messages.
@@ -59,7 +59,7 @@ func TestServerCheckWarns(t *testing.T) {
 				t.Fatal(err)
 			}
 			for range 2 {
-				if _, err := b.Open(ctxT(t), session.OpenRequest{LeaseDuration: time.Second}); err != nil {
+				if _, err := b.Open(ctxT(t), driver.OpenRequest{LeaseDuration: time.Second}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	zkbackend "github.com/simba-go/simba/backend-zk"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // With digest auth, the namespace and lease nodes carry a digest ACL: a
@@ -56,7 +56,7 @@ func TestDigestACL(t *testing.T) {
 		// fail every later call with a raw "not authenticated").
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBackend(t, srv, root, tc.opts...)
-			_, err := b.Open(ctxT(t, 5*time.Second), session.OpenRequest{LeaseDuration: 4 * time.Second})
+			_, err := b.Open(ctxT(t, 5*time.Second), driver.OpenRequest{LeaseDuration: 4 * time.Second})
 			if !errors.Is(err, zkbackend.ErrNotAuthorized) || !errors.Is(err, zk.ErrNoAuth) {
 				t.Fatalf("Open without the right credentials = %v, want ErrNotAuthorized wrapping ErrNoAuth", err)
 			}
@@ -92,7 +92,7 @@ func TestExternalDeleteLeavesOwnedSet(t *testing.T) {
 	}
 	waitUntil(t, 5*time.Second, "x to leave the owned set", func() bool {
 		r := renew(t, a, sa.ID)
-		return r.Version != r1.Version && equalLeases(r.Leases, []session.Lease{{Name: "y", Token: res[1].Token}})
+		return r.Version != r1.Version && equalLeases(r.Leases, []driver.Lease{{Name: "y", Token: res[1].Token}})
 	})
 }
 

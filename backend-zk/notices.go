@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // maxQueued bounds the notices waiting for delivery. Beyond it the queue is
@@ -20,7 +20,7 @@ type notifier struct {
 	mu      sync.Mutex
 	subs    map[int]*subscriber
 	next    int
-	queue   []session.Notice
+	queue   []driver.Notice
 	wake    chan struct{} // cap 1: the running loop has something to do
 	quit    chan struct{} // closed to stop the loop; nil when not running
 	done    chan struct{} // closed when the loop has returned
@@ -31,13 +31,13 @@ type notifier struct {
 }
 
 type subscriber struct {
-	fn      func(session.Notice)
+	fn      func(driver.Notice)
 	stopped atomic.Bool
 }
 
 // subscribe adds fn and starts the loop if needed. After shutdown, fn is
 // never called.
-func (n *notifier) subscribe(fn func(session.Notice)) (stop func()) {
+func (n *notifier) subscribe(fn func(driver.Notice)) (stop func()) {
 	sub := &subscriber{fn: fn}
 	n.mu.Lock()
 	if n.shut {
@@ -96,14 +96,14 @@ func (n *notifier) waitDelivery() {
 }
 
 // post queues a notice without waiting.
-func (n *notifier) post(x session.Notice) {
+func (n *notifier) post(x driver.Notice) {
 	n.mu.Lock()
 	if n.quit == nil {
 		n.mu.Unlock()
 		return // nobody listens
 	}
 	if len(n.queue) >= maxQueued {
-		n.queue = append(n.queue[:0], session.Notice{})
+		n.queue = append(n.queue[:0], driver.Notice{})
 	} else {
 		n.queue = append(n.queue, x)
 	}
@@ -145,7 +145,7 @@ func (n *notifier) loop(quit, done, wake chan struct{}) {
 	}
 }
 
-func (n *notifier) deliver(x session.Notice) {
+func (n *notifier) deliver(x driver.Notice) {
 	n.delivering.Lock()
 	defer n.delivering.Unlock()
 	n.mu.Lock()

@@ -6,13 +6,13 @@ import (
 	"time"
 
 	zkbackend "github.com/simba-go/simba/backend-zk"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // waitForX opens a holder of "x" and a waiter whose failed Acquire arms a
 // watch on it, both on b; it returns a function that releases x, which
 // delivers Notice{"x"} to b's subscribers, and the waiter.
-func waitForX(t *testing.T, b *zkbackend.Backend) (releaseX func(), waiter session.ID) {
+func waitForX(t *testing.T, b *zkbackend.Backend) (releaseX func(), waiter driver.ID) {
 	t.Helper()
 	h, w := open(t, b, 4*time.Second), open(t, b, 4*time.Second)
 	tok := acquire(t, b, h.ID, "x")[0].Token
@@ -20,7 +20,7 @@ func waitForX(t *testing.T, b *zkbackend.Backend) (releaseX func(), waiter sessi
 		t.Fatalf("x: holder token %d, waiter token %d", tok, got)
 	}
 	return func() {
-		if err := b.Release(ctxT(t, 10*time.Second), session.ReleaseRequest{ID: h.ID, Leases: []session.Lease{{Name: "x", Token: tok}}}); err != nil {
+		if err := b.Release(ctxT(t, 10*time.Second), driver.ReleaseRequest{ID: h.ID, Leases: []driver.Lease{{Name: "x", Token: tok}}}); err != nil {
 			t.Fatal(err)
 		}
 	}, w.ID
@@ -34,7 +34,7 @@ func TestSubscriberMayStopItself(t *testing.T) {
 	releaseX, waiter := waitForX(t, b)
 	stopCh := make(chan func(), 1)
 	done := make(chan struct{})
-	stop, err := b.Subscribe(func(n session.Notice) {
+	stop, err := b.Subscribe(func(n driver.Notice) {
 		if n.Name == "x" {
 			(<-stopCh)()
 			close(done)
@@ -61,7 +61,7 @@ func TestSlowSubscriberDoesNotDelayRenewal(t *testing.T) {
 	releaseX, waiter := waitForX(t, b)
 	entered, unblock := make(chan struct{}), make(chan struct{})
 	var once sync.Once // both sessions' watches tell of x
-	stop, err := b.Subscribe(func(n session.Notice) {
+	stop, err := b.Subscribe(func(n driver.Notice) {
 		if n.Name == "x" {
 			once.Do(func() { close(entered) })
 			<-unblock
@@ -78,7 +78,7 @@ func TestSlowSubscriberDoesNotDelayRenewal(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no notice for x")
 	}
-	if _, err := b.Renew(ctxT(t, 3*time.Second), session.RenewRequest{ID: waiter}); err != nil {
+	if _, err := b.Renew(ctxT(t, 3*time.Second), driver.RenewRequest{ID: waiter}); err != nil {
 		t.Fatalf("Renew while a subscriber holds a notice: %v", err)
 	}
 }
