@@ -2,10 +2,10 @@ package redisbackend_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
