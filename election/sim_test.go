@@ -119,7 +119,7 @@ type sim struct {
 	maxToken   map[string]uint64
 	sessionIDs map[session.ID]bool
 	tasks      []*simTask
-	epoch      uint64 // how many times the backend lost its data
+	epoch      uint64     // how many times the backend lost its data
 	terms      []*simTerm // every term ever made, in order
 	live       []*simTerm // the terms that may still be (or wrongly become) valid
 	byTerm     map[*term.Term]*simTerm
