@@ -113,6 +113,11 @@ func run(seeds int, only string, subset bool) error {
 		if err := restore(); err != nil {
 			return err
 		}
+		if !ok && buildFailed.MatchString(out) {
+			// A mutation that does not compile proves nothing about the
+			// tests: the catalogue entry is wrong.
+			return fmt.Errorf("mutation %s does not compile:\n%s", m.Name, out)
+		}
 		if ok {
 			survivors = append(survivors, m.Name)
 			fmt.Printf("SURVIVED %-34s (%v)\n", m.Name, time.Since(start).Round(time.Second))
@@ -201,7 +206,9 @@ func runTests(dir string, seeds int, modules []string) (string, bool) {
 	return all.String(), true
 }
 
-var failRE = regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)|^(FAIL\s+\S+ \[build failed\])|^(panic: .*)`)
+var buildFailed = regexp.MustCompile(`\[(build|setup) failed\]`)
+
+var failRE = regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)|^(panic: .*)`)
 
 // firstFailure names the first failing test in out.
 func firstFailure(out string) string {
