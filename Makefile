@@ -2,7 +2,7 @@
 # starts every server the tests need (scripts/services.sh) and runs every
 # module's tests with the race detector.
 
-MODULES := deadline term session election lock group backend-sql backend-redis backend-zk fxsimba otelsimba integration benchpeers
+MODULES := deadline term session election lock group backend-sql backend-redis backend-zk fxsimba otelsimba simbatest integration benchpeers
 GO ?= go
 TESTFLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
@@ -48,6 +48,7 @@ test-unit:
 lint: fmt staticcheck
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
 	@./scripts/check-deps.sh
+	@./scripts/release.sh check
 
 fmt:
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

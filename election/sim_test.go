@@ -732,7 +732,7 @@ func (w *sim) termMade(n *simNode, name string, e *Election, t *term.Term) {
 // term once invalid never becomes valid again. Validity changes only at
 // events (a term begins) or as clocks run (it ends), so checking after
 // every event covers every instant. A backend that loses its data (a Redis
-// restart without persistence) breaks exclusion by design (design-notes
+// restart without persistence) breaks exclusion by design (docs/design.md
 // §5): terms whose lease was granted before the loss are left out; their
 // lower fencing tokens are the guard. A term leaves the watch list once it
 // was revoked and a whole lease has passed since (no deadline reaches

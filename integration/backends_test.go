@@ -2,30 +2,21 @@ package integration_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	redisbackend "github.com/simba-go/simba/backend-redis"
-	"github.com/simba-go/simba/backend-sql/mysqlsimba"
-	"github.com/simba-go/simba/backend-sql/pgsimba"
-	zkbackend "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/lock"
 	"github.com/simba-go/simba/session"
-	"github.com/simba-go/simba/session/memory"
+	"github.com/simba-go/simba/simbatest"
 	"github.com/simba-go/simba/term"
 )
 
@@ -35,90 +26,50 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // 600ms.
 var timing = deadline.Config{LeaseDuration: 2 * time.Second, RenewInterval: 600 * time.Millisecond}
 
-// backends builds, for each backend, clients of one shared namespace. A
-// missing server fails the test, naming its variable.
+// backends starts, for each backend, its server in containers (simbatest:
+// testcontainers-go) and returns a constructor of clients of one shared
+// namespace, each cleaned up with the test.
 var backends = []struct {
-	name string
-	env  string // "" for none
-	// client returns a new client of namespace ns, registering its cleanup.
-	client func(t *testing.T, addr, ns string) session.Backend
+	name  string
+	start func(t *testing.T) (newClient func() session.Backend)
 }{
-	{"memory", "", nil},
-	{"postgres", "SIMBA_POSTGRES_URL", func(t *testing.T, url, ns string) session.Backend {
-		pool, err := pgxpool.New(context.Background(), url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := pgsimba.New(t.Context(), pool, pgsimba.WithPrefix(ns))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Shutdown(); pool.Close() })
-		return b
+	{"memory", func(t *testing.T) func() session.Backend {
+		root := simbatest.Memory(t)
+		return func() session.Backend { return root.NewClient() }
 	}},
-	{"mysql", "SIMBA_MYSQL_DSN", func(t *testing.T, dsn, ns string) session.Backend {
-		db, err := sql.Open("mysql", dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := mysqlsimba.New(t.Context(), db, mysqlsimba.WithPrefix(ns))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Shutdown(); db.Close() })
-		return b
+	{"postgres", func(t *testing.T) func() session.Backend {
+		s := simbatest.Postgres(t)
+		return func() session.Backend { return s.NewBackend(t) }
 	}},
-	{"redis", "SIMBA_REDIS_ADDR", func(t *testing.T, addr, ns string) session.Backend {
-		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-		b, err := redisbackend.New(rdb, ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { rdb.Close() })
-		return b
+	{"mysql", func(t *testing.T) func() session.Backend {
+		s := simbatest.MySQL(t)
+		return func() session.Backend { return s.NewBackend(t) }
 	}},
-	{"redis-cluster", "SIMBA_REDIS_CLUSTER_ADDRS", func(t *testing.T, addrs, ns string) session.Backend {
-		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ","), ContextTimeoutEnabled: true})
-		b, err := redisbackend.New(rdb, ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { rdb.Close() })
-		return b
+	{"redis", func(t *testing.T) func() session.Backend {
+		s := simbatest.Redis(t)
+		return func() session.Backend { return s.NewBackend(t) }
 	}},
-	{"zookeeper", "SIMBA_ZK_SERVERS", zkClient},
-	{"zookeeper-ensemble", "SIMBA_ZK_ENSEMBLE", zkClient},
-}
-
-func zkClient(t *testing.T, servers, ns string) session.Backend {
-	b, err := zkbackend.New(strings.Split(servers, ","), "/simba-it/"+ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
-	return b
+	{"redis-cluster", func(t *testing.T) func() session.Backend {
+		s := simbatest.Redis(t, simbatest.WithCluster())
+		return func() session.Backend { return s.NewBackend(t) }
+	}},
+	{"zookeeper", func(t *testing.T) func() session.Backend {
+		s := simbatest.ZooKeeper(t)
+		return func() session.Backend { return s.NewBackend(t) }
+	}},
+	{"zookeeper-ensemble", func(t *testing.T) func() session.Backend {
+		s := simbatest.ZooKeeper(t, simbatest.WithCluster())
+		return func() session.Backend { return s.NewBackend(t) }
+	}},
 }
 
 // forEachBackend runs body once per backend, in parallel: one test body for
-// every backend.
+// every backend, each on its own servers.
 func forEachBackend(t *testing.T, body func(t *testing.T, newClient func() session.Backend)) {
 	for _, bk := range backends {
 		t.Run(bk.name, func(t *testing.T) {
 			t.Parallel()
-			ns := fmt.Sprintf("it%d", time.Now().UnixNano()%1_000_000_000)
-			if bk.client == nil {
-				root, err := memory.New()
-				if err != nil {
-					t.Fatal(err)
-				}
-				body(t, func() session.Backend { return root.NewClient() })
-				return
-			}
-			addr := os.Getenv(bk.env)
-			if addr == "" {
-				t.Fatalf("%s is not set: run `make services` and `. .services/env` (the %s test needs a real server)", bk.env, bk.name)
-			}
-			body(t, func() session.Backend { return bk.client(t, addr, ns) })
+			body(t, bk.start(t))
 		})
 	}
 }

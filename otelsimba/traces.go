@@ -63,7 +63,8 @@ func (in *Instrumentation) termElected(e session.Event) {
 			keyLeaseName.String(e.Name),
 			keyToken.String(strconv.FormatUint(e.Token, 10)), // a uint64 does not fit an int64 attribute
 			keySession.String(string(e.Session)),
-		))
+		),
+		trace.WithAttributes(groupAttributes(e.Name)...))
 	k := termKey{e.Session, e.Name, e.Token}
 	in.mu.Lock()
 	old := in.spans[k]
