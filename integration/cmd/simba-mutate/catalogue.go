@@ -76,7 +76,7 @@ var catalogue = []Mutation{
 		Old: "current := c != nil && c.attempt == attempt && n == 1", New: "current := c != nil && n == 1",
 		Catch: "session TestLateReplyToAnAbandonedAttemptIsReleased", Subset: true},
 	{Name: "accept-malformed-acquire-reply", File: "session/engine.go",
-		Old: "current := c != nil && c.attempt == attempt && n == 1", New: "current := c != nil && c.attempt == attempt",
+		Old: "current := c != nil && c.attempt == attempt && n == 1", New: "current := c != nil && c.attempt == attempt && n >= 0",
 		Catch: "session TestMalformedAcquireReplyIsARefusalForThisTick (defect 6)"},
 	{Name: "ignore-released-token", File: "session/engine.go",
 		Old: "res.Token <= inc.released[res.Name] || res.Token <= s.tokens", New: "res.Token <= s.tokens",
