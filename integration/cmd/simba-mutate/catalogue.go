@@ -102,7 +102,7 @@ var catalogue = []Mutation{
 		Old: "\tc.held = nil\n\tc.s.revoke(c, h, reason)\n\tc.s.release(", New: "\tc.held = nil\n\tc.s.release(",
 		Catch: "simulation (released while its term was not revoked)", Subset: true},
 	{Name: "close-does-not-wait-for-its-deliveries", File: "session/session.go",
-		Old: "for s.delivered < caused {", New: "for false {",
+		Old: "for s.delivered < caused {", New: "for s.delivered < caused && false {",
 		Catch: "election TestCloseWaitsForItsCallbacksWhileAnotherGoroutineDelivers (defect 7)"},
 	{Name: "self-wait-session-wide", File: "session/session.go",
 		Old: "(owner == nil || m.ownerKey() == owner)", New: "true",
