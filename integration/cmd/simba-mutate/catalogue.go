@@ -114,7 +114,7 @@ var catalogue = []Mutation{
 	// --- election: handover and callbacks
 	{Name: "onrevoked-before-release-answers", File: "election/election.go",
 		Old: "e.c.Release(reason, after)", New: "e.c.Release(reason, nil)\n\t\t\tafter()",
-		Catch: "election TestVoluntaryHandoverOrder"},
+		Catch: "election TestOnRevokedAfterTheReleaseIsAnswered"},
 	{Name: "handover-does-not-wait-for-task", File: "election/election.go",
 		Old: "if e.running == 0 || bound <= 0 {", New: "if true {",
 		Catch: "election TestVoluntaryHandoverOrder; simulation (OnElected before the task returned)", Subset: true},
