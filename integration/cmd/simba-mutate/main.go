@@ -194,7 +194,7 @@ func copyFile(src, dst string) error {
 func runTests(dir string, seeds int, modules []string) (string, bool) {
 	var all bytes.Buffer
 	for _, m := range modules {
-		cmd := exec.Command("go", "test", "-count=1", "-failfast", "-timeout", "10m", ".")
+		cmd := exec.Command("go", "test", "-count=1", "-failfast", "-timeout", "4m", ".")
 		cmd.Dir = filepath.Join(dir, m)
 		cmd.Env = append(os.Environ(), fmt.Sprintf("SIMBA_SIM_SEEDS=%d", seeds))
 		out, err := cmd.CombinedOutput()
