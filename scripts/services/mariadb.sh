@@ -38,6 +38,10 @@ mariadb_restartable_start() {
   if [ -n "$other" ] && [ "$other" != "$dir/data" ]; then
     echo "services: 127.0.0.1:$port is taken by the MariaDB of $other ($(owner_of "$other")); stop it, or give this checkout other ports with SIMBA_SERVICES_SLOT=<0-499>" >&2
     return 1
+  elif [ -z "$other" ] && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null &&
+    ! kill -0 "$(cat "$dir/pid" 2>/dev/null)" 2>/dev/null; then # ours may be starting
+    echo "services: 127.0.0.1:$port is taken by something that is not this checkout's MariaDB; stop it, or give this checkout other ports with SIMBA_SERVICES_SLOT=<0-499>" >&2
+    return 1
   fi
   if [ ! -d "$dir/data/mysql" ]; then
     rm -rf "$dir" && mkdir -p "$dir/data" && chown -R mysql:mysql "$dir"

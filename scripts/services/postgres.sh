@@ -25,7 +25,7 @@ postgres_status() { pg_isready -h 127.0.0.1 -p 5432 || true; }
 PG_PRIVATE_PORT=$((55432 + SLOT))
 
 # pg_datadir PORT: the data directory of the PostgreSQL on PORT (empty if none answers).
-pg_datadir() { psql -h 127.0.0.1 -p "$1" -U postgres -d postgres -tAc 'SHOW data_directory' 2>/dev/null || true; }
+pg_datadir() { PGCONNECT_TIMEOUT=3 psql -h 127.0.0.1 -p "$1" -U postgres -d postgres -tAc 'SHOW data_directory' 2>/dev/null || true; }
 
 postgres_restartable_start() {
   local dir=$PRIVATE/pg-restart bin other
@@ -34,6 +34,10 @@ postgres_restartable_start() {
   other=$(pg_datadir "$PG_PRIVATE_PORT")
   if [ -n "$other" ] && [ "$other" != "$dir/data" ]; then
     echo "services: 127.0.0.1:$PG_PRIVATE_PORT is taken by the PostgreSQL of $other ($(owner_of "$other")); stop it, or give this checkout other ports with SIMBA_SERVICES_SLOT=<0-499>" >&2
+    return 1
+  elif [ -z "$other" ] && (exec 3<>"/dev/tcp/127.0.0.1/$PG_PRIVATE_PORT") 2>/dev/null &&
+    ! kill -0 "$(head -1 "$dir/data/postmaster.pid" 2>/dev/null)" 2>/dev/null; then # ours may be starting
+    echo "services: 127.0.0.1:$PG_PRIVATE_PORT is taken by something that is not this checkout's PostgreSQL; stop it, or give this checkout other ports with SIMBA_SERVICES_SLOT=<0-499>" >&2
     return 1
   fi
   if [ ! -s "$dir/data/PG_VERSION" ]; then
@@ -47,7 +51,7 @@ postgres_restartable_start() {
 # ctl.sh stop|start: the private PostgreSQL of backend-sql's tests, for the
 # checkout $ROOT (port $PG_PRIVATE_PORT, data $dir/data).
 cd "$dir" # a directory the postgres user can enter
-ours() { [ "\$(psql -h 127.0.0.1 -p $PG_PRIVATE_PORT -U postgres -d postgres -tAc 'SHOW data_directory' 2>/dev/null)" = "$dir/data" ]; }
+ours() { [ "\$(PGCONNECT_TIMEOUT=3 psql -h 127.0.0.1 -p $PG_PRIVATE_PORT -U postgres -d postgres -tAc 'SHOW data_directory' 2>/dev/null)" = "$dir/data" ]; }
 case "\$1" in
 stop)
   touch "$dir/held-down" # services.sh leaves it down while a test holds it so
