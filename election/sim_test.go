@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -124,7 +125,12 @@ type sim struct {
 	live       []*simTerm // the terms that may still be (or wrongly become) valid
 	byTerm     map[*term.Term]*simTerm
 	closing    []simClose
-	takenOver  map[string]bool // "node/name#token" of leases a renewal reply left out
+	// fence orders a Close goroutine's work before the simulation goes on:
+	// every entry point it may reach ends with an Add, and closeNode Loads
+	// it after synctest.Wait (which the race detector does not see as a
+	// synchronisation).
+	fence     atomic.Int64
+	takenOver map[string]bool // "node/name#token" of leases a renewal reply left out
 }
 
 // simTerm is one term ever made, as the checker follows it.
@@ -222,7 +228,10 @@ func newSim(cfg simConfig, seed uint64) *sim {
 
 type backendClock struct{ w *sim }
 
-func (c backendClock) Now() time.Time { return c.w.base.Add(time.Duration(c.w.now)) }
+func (c backendClock) Now() time.Time {
+	defer c.w.fence.Add(1)
+	return c.w.base.Add(time.Duration(c.w.now))
+}
 
 // schedule queues fn at true time at, on node (nil: not paused with any node).
 func (w *sim) schedule(at int64, node *simNode, label string, fn func()) *simEvent {
@@ -286,14 +295,17 @@ func (w *sim) run(end time.Duration) {
 type nodeEnv struct{ n *simNode }
 
 func (e nodeEnv) Now() time.Time {
+	defer e.n.w.fence.Add(1)
 	return e.n.w.base.Add(time.Duration(float64(e.n.w.now) * e.n.rate))
 }
 
 func (e nodeEnv) AfterFunc(d time.Duration, f func()) func() bool {
+	defer e.n.w.fence.Add(1)
 	w := e.n.w
 	at := w.now + int64(float64(d)/e.n.rate) + 1
 	ev := w.schedule(at, e.n, "timer", f)
 	return func() bool {
+		defer w.fence.Add(1)
 		if ev.dead || w.now > ev.at || (w.now == ev.at && !inQueue(w, ev)) {
 			return false
 		}
@@ -312,6 +324,7 @@ func inQueue(w *sim, ev *simEvent) bool {
 }
 
 func (e nodeEnv) Go(f func()) {
+	defer e.n.w.fence.Add(1)
 	e.n.w.schedule(e.n.w.now, e.n, "go", f)
 }
 
@@ -319,6 +332,7 @@ func (e nodeEnv) Go(f func()) {
 // faults lose replies (delivered after a minute: the engine has long given
 // up) and duplicate requests (the backend runs the call twice).
 func (e nodeEnv) Call(op, reply func()) {
+	defer e.n.w.fence.Add(1)
 	w := e.n.w
 	up := w.delay(20)
 	if w.faulty && w.rng.IntN(20) == 0 {
@@ -341,13 +355,17 @@ func (e nodeEnv) Call(op, reply func()) {
 	})
 }
 
-func (e nodeEnv) Jitter() float64 { return e.n.w.rng.Float64() }
+func (e nodeEnv) Jitter() float64 {
+	defer e.n.w.fence.Add(1)
+	return e.n.w.rng.Float64()
+}
 
 // simExecutor runs callbacks a little later on the node's own "goroutine";
 // with lies, it sometimes refuses one (a saturated pool).
 type simExecutor struct{ n *simNode }
 
 func (x simExecutor) Execute(f func()) error {
+	defer x.n.w.fence.Add(1)
 	w := x.n.w
 	if w.faulty && w.cfg.lies && w.rng.IntN(25) == 0 {
 		w.note("n%d: executor refuses a callback", x.n.id)
@@ -394,6 +412,7 @@ func (b simBackend) lying() bool {
 }
 
 func (b simBackend) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+	defer b.n.w.fence.Add(1)
 	if b.fail() {
 		return session.OpenReply{}, errBackendDown
 	}
@@ -406,6 +425,7 @@ func (b simBackend) Open(ctx context.Context, req session.OpenRequest) (session.
 }
 
 func (b simBackend) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+	defer b.n.w.fence.Add(1)
 	if b.fail() {
 		return session.RenewReply{}, errBackendDown
 	}
@@ -430,6 +450,7 @@ func (b simBackend) Renew(ctx context.Context, req session.RenewRequest) (sessio
 }
 
 func (b simBackend) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+	defer b.n.w.fence.Add(1)
 	if b.fail() {
 		return session.AcquireReply{}, errBackendDown
 	}
@@ -456,6 +477,7 @@ func (b simBackend) Acquire(ctx context.Context, req session.AcquireRequest) (se
 }
 
 func (b simBackend) Release(ctx context.Context, req session.ReleaseRequest) error {
+	defer b.n.w.fence.Add(1)
 	w := b.n.w
 	for _, l := range req.Leases {
 		// Revoke happens before the release is sent: every term of this
@@ -475,6 +497,7 @@ func (b simBackend) Release(ctx context.Context, req session.ReleaseRequest) err
 func (b simBackend) Subscribe(fn func(session.Notice)) (func(), error) {
 	w := b.n.w
 	return b.Backend.Subscribe(func(no session.Notice) {
+		defer w.fence.Add(1)
 		if w.faulty && w.rng.IntN(10) == 0 {
 			return // a lost notice: the next candidate tick covers it
 		}
@@ -630,6 +653,7 @@ func (w *sim) closeNode(n *simNode) {
 		err = n.s.Close()
 	}()
 	synctest.Wait()
+	w.fence.Load()
 	w.closing = append(w.closing, simClose{n: n, done: done, err: &err})
 }
 
@@ -711,6 +735,7 @@ func (w *sim) violate(format string, args ...any) {
 // exceeds every earlier token of the name on any node (across TAKEN_OVER,
 // session expiry and data loss), and its election is not cooling down.
 func (w *sim) termMade(n *simNode, name string, e *Election, t *term.Term) {
+	defer w.fence.Add(1)
 	st := &simTerm{n: n, name: name, t: t, madeAt: w.now}
 	w.terms = append(w.terms, st)
 	w.live = append(w.live, st)
@@ -784,6 +809,7 @@ func (n *simNode) heldTerm(name string) *term.Term {
 
 // sessionEvent checks tokens and session ids as terms and sessions begin.
 func (w *sim) sessionEvent(n *simNode, e session.Event) {
+	defer w.fence.Add(1)
 	switch e.Kind {
 	case session.TermRevoked:
 		w.note("n%d: term %s#%d revoked %s", n.id, e.Name, e.Token, e.Reason.String())
@@ -802,6 +828,7 @@ func (w *sim) sessionEvent(n *simNode, e session.Event) {
 
 // callback checks pairing and the handover order as callbacks run.
 func (w *sim) callback(n *simNode, name string, cb simCallback) {
+	defer w.fence.Add(1)
 	if cb.elected {
 		w.note("n%d: OnElected(%s)", n.id, cb.t)
 	} else {
@@ -922,6 +949,7 @@ func runSim(cfg simConfig, seed uint64) simResult {
 	}
 	w.run(cfg.duration + cfg.quiet + 4*time.Minute)
 	synctest.Wait() // a Close that could return has returned
+	w.fence.Load()
 	for _, c := range w.closing {
 		select {
 		case <-c.done:
