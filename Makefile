@@ -38,7 +38,7 @@ mutate:
 
 ## mutate-subset: the fixed subset make test runs (the full run takes longer)
 mutate-subset:
-	cd integration && $(GO) run ./cmd/simba-mutate -seeds $(MUTATE_SEEDS) -subset
+	cd integration && $(GO) run ./cmd/simba-mutate -seeds $(MUTATE_SEEDS) -subset -baseline=false
 	cd group && SIMBA_SIM_SEEDS=$(GROUP_SIM_SEEDS) $(GO) test -count=1 -timeout 20m -run 'TestSimulation$$' .
 
 ## test-unit: the tests that need no server (core modules only)
