@@ -76,7 +76,7 @@ var catalogue = []Mutation{
 		Old: "current := c != nil && c.attempt == attempt && n == 1", New: "current := c != nil && n == 1",
 		Catch: "session TestLateReplyIsReleasedEvenWhileStillWanted", Subset: true},
 	{Name: "accept-malformed-acquire-reply", File: "session/engine.go",
-		Old: "current := c != nil && c.attempt == attempt && n == 1", New: "current := c != nil && c.attempt == attempt && n >= 0",
+		Old: "c.attempt == attempt && answers[n] != 1 {", New: "c.attempt == attempt && false {",
 		Catch: "session TestMalformedAcquireReplyIsARefusalForThisTick (defect 6)"},
 	{Name: "ignore-released-token", File: "session/engine.go",
 		Old: "res.Token <= inc.released[res.Name] || res.Token <= s.tokens", New: "res.Token <= s.tokens",
@@ -87,7 +87,7 @@ var catalogue = []Mutation{
 
 	// --- session: losing leadership
 	{Name: "no-taken-over", File: "session/engine.go",
-		Old: "if inc.owned[c.name] != h.token {", New: "if false {",
+		Old: "if inc.owned[c.name] == h.token {", New: "if true {",
 		Catch: "session TestRenewalThatNoLongerListsALeaseEndsItsTerm"},
 	{Name: "expiry-never-revokes", File: "session/engine.go",
 		Old: "\t\t\ts.revoke(c, h, reason)\n\t\t\tc.h.Lost(h.t, reason)\n\t\t}\n\t}\n\tif s.inc == inc {", New: "\t\t\tc.h.Lost(h.t, reason)\n\t\t}\n\t}\n\tif s.inc == inc {",
@@ -99,7 +99,7 @@ var catalogue = []Mutation{
 		Old: "s.revoke(c, h, term.Stopped)", New: "",
 		Catch: "session TestCloseReleasesEveryLeaseAtOnce; simulation (term never revoked)"},
 	{Name: "release-without-revoke", File: "session/claim.go",
-		Old: "\tc.held = nil\n\tc.s.revoke(c, h, reason)\n\tc.s.release(", New: "\tc.held = nil\n\tc.s.release(",
+		Old: "\tc.setHeld(nil)\n\tc.s.revoke(c, h, reason)\n\tc.s.release(", New: "\tc.setHeld(nil)\n\tc.s.release(",
 		Catch: "simulation (released while its term was not revoked)", Subset: true},
 	{Name: "close-does-not-wait-for-its-deliveries", File: "session/session.go",
 		Old: "for s.delivered < caused {", New: "for s.delivered < caused && false {",
