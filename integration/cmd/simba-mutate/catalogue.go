@@ -134,6 +134,6 @@ var catalogue = []Mutation{
 		Old: "refused: func(error) { e.queue.inside(true, run) }", New: "refused: func(error) {}",
 		Catch: "election TestRefusedOnRevokedIsStillDelivered (defect 4); simulation (pairing)"},
 	{Name: "single-term-refusal-cools-down", File: "election/election.go",
-		Old: "if e.oneTerm { // single-term is terminal", New: "if false {",
+		Old: "if e.oneTerm { // single-term is terminal", New: "if false { // single-term is terminal",
 		Catch: "election TestSingleTermIsTerminal/refused (defect 8)"},
 }
