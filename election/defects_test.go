@@ -11,6 +11,7 @@ import (
 
 	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 	"github.com/simba-go/simba/term"
 )
@@ -181,7 +182,7 @@ type slowRelease struct {
 	*memory.Backend
 }
 
-func (s slowRelease) Release(ctx context.Context, req session.ReleaseRequest) error {
+func (s slowRelease) Release(ctx context.Context, req driver.ReleaseRequest) error {
 	<-time.After(2 * time.Second)
 	return s.Backend.Release(ctx, req)
 }

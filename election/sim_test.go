@@ -14,6 +14,7 @@ import (
 
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 	"github.com/simba-go/simba/term"
 )
@@ -411,10 +412,10 @@ func (b simBackend) lying() bool {
 	return w.faulty && w.cfg.lies && w.rng.IntN(30) == 0
 }
 
-func (b simBackend) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+func (b simBackend) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	defer b.n.w.fence.Add(1)
 	if b.fail() {
-		return session.OpenReply{}, errBackendDown
+		return driver.OpenReply{}, errBackendDown
 	}
 	r, err := b.Backend.Open(ctx, req)
 	if err == nil && b.lying() {
@@ -424,10 +425,10 @@ func (b simBackend) Open(ctx context.Context, req session.OpenRequest) (session.
 	return r, err
 }
 
-func (b simBackend) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+func (b simBackend) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
 	defer b.n.w.fence.Add(1)
 	if b.fail() {
-		return session.RenewReply{}, errBackendDown
+		return driver.RenewReply{}, errBackendDown
 	}
 	r, err := b.Backend.Renew(ctx, req)
 	if err != nil || !b.lying() {
@@ -439,7 +440,7 @@ func (b simBackend) Renew(ctx context.Context, req session.RenewRequest) (sessio
 		i := w.rng.IntN(len(r.Leases))
 		w.note("n%d: backend lies: renewal leaves out %s#%d", b.n.id, r.Leases[i].Name, r.Leases[i].Token)
 		w.takenOver[fmt.Sprintf("%d/%s#%d", b.n.id, r.Leases[i].Name, r.Leases[i].Token)] = true
-		r.Leases = append(append([]session.Lease(nil), r.Leases[:i]...), r.Leases[i+1:]...)
+		r.Leases = append(append([]driver.Lease(nil), r.Leases[:i]...), r.Leases[i+1:]...)
 		r.Version += 1 << 40
 		r.Full = true
 		return r, nil
@@ -449,15 +450,15 @@ func (b simBackend) Renew(ctx context.Context, req session.RenewRequest) (sessio
 	return r, nil
 }
 
-func (b simBackend) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+func (b simBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	defer b.n.w.fence.Add(1)
 	if b.fail() {
-		return session.AcquireReply{}, errBackendDown
+		return driver.AcquireReply{}, errBackendDown
 	}
 	r, err := b.Backend.Acquire(ctx, req)
 	if err != nil || len(r.Results) == 0 || !b.lying() {
 		if err == nil && b.fail() {
-			return session.AcquireReply{}, errBackendDown // it did acquire: the reply is lost
+			return driver.AcquireReply{}, errBackendDown // it did acquire: the reply is lost
 		}
 		return r, err
 	}
@@ -476,7 +477,7 @@ func (b simBackend) Acquire(ctx context.Context, req session.AcquireRequest) (se
 	return r, nil
 }
 
-func (b simBackend) Release(ctx context.Context, req session.ReleaseRequest) error {
+func (b simBackend) Release(ctx context.Context, req driver.ReleaseRequest) error {
 	defer b.n.w.fence.Add(1)
 	w := b.n.w
 	for _, l := range req.Leases {
@@ -494,9 +495,9 @@ func (b simBackend) Release(ctx context.Context, req session.ReleaseRequest) err
 	return b.Backend.Release(ctx, req)
 }
 
-func (b simBackend) Subscribe(fn func(session.Notice)) (func(), error) {
+func (b simBackend) Subscribe(fn func(driver.Notice)) (func(), error) {
 	w := b.n.w
-	return b.Backend.Subscribe(func(no session.Notice) {
+	return b.Backend.Subscribe(func(no driver.Notice) {
 		defer w.fence.Add(1)
 		if w.faulty && w.rng.IntN(10) == 0 {
 			return // a lost notice: the next candidate tick covers it
@@ -668,7 +669,7 @@ func (w *sim) restartSingleTerms(n *simNode) {
 			continue
 		}
 		st := Candidate
-		n.s.Do(func() {
+		e.eng.Do(func() {
 			if e.stopping == nil && e.hand == nil { // over, and its handover done
 				st = e.status
 			}
@@ -802,7 +803,7 @@ func (w *sim) check() {
 func (n *simNode) heldTerm(name string) *term.Term {
 	var t *term.Term
 	if e := n.elections[name]; e != nil {
-		n.s.Do(func() { t = e.c.Term() })
+		e.eng.Do(func() { t = e.c.Term() })
 	}
 	return t
 }

@@ -60,6 +60,7 @@ require (
 	github.com/simba-go/simba/backend-redis v0.1.0 // indirect
 	github.com/simba-go/simba/backend-sql v0.1.0 // indirect
 	github.com/simba-go/simba/backend-zk v0.1.0 // indirect
+	github.com/simba-go/simba/internal v0.1.0
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
 	github.com/testcontainers/testcontainers-go v0.44.0 // indirect
@@ -100,3 +101,5 @@ replace github.com/simba-go/simba/backend-zk => ../backend-zk
 replace github.com/simba-go/simba/simbatest => ../simbatest
 
 replace github.com/simba-go/simba/group => ../group
+
+replace github.com/simba-go/simba/internal => ../internal

@@ -119,7 +119,7 @@ var catalogue = []Mutation{
 		Old: "if e.running == 0 || bound <= 0 {", New: "if true {",
 		Catch: "election TestVoluntaryHandoverOrder; simulation (OnElected before the task returned)", Subset: true},
 	{Name: "unbounded-handover-wait", File: "election/election.go",
-		Old: "h.bound = e.s.Env().AfterFunc(bound, func() { e.s.Do(h.done) })", New: "_ = bound",
+		Old: "h.bound = e.eng.AfterFunc(bound, func() { e.eng.Do(h.done) })", New: "_ = bound",
 		Catch: "election TestHandoverWaitsAtMostTheTermsRemainingTime (it hung until the timeout before it selected on a minute)"},
 	{Name: "no-onrevoked-on-involuntary-loss", File: "election/election.go",
 		Old: "\te.term = nil\n\te.revoked(e.ts, reason)\n", New: "\te.term = nil\n",
