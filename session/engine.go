@@ -262,7 +262,6 @@ func (s *Session) checkDeadline(inc *incarnation) {
 		s.armDeadline(inc)
 		return
 	}
-	s.emit(Event{Kind: SessionDeadlinePassed, Session: inc.id})
 	s.expire(inc, term.DeadlinePassed)
 }
 
@@ -275,9 +274,16 @@ func (s *Session) expire(inc *incarnation, reason term.RevokeReason) {
 	inc.life.end()
 	s.stopTimer(&inc.renew)
 	s.stopTimer(&inc.deadline)
+	if s.inc == inc && s.state != Closed {
+		// Events report the state after them: this backend session is
+		// over and a new one is opened below (issue 12: deadline events
+		// used to say LIVE or SUSPENDED).
+		s.setState(Opening)
+	}
 	if reason == term.SessionExpired {
 		s.emit(Event{Kind: SessionExpired, Session: inc.id})
 	} else {
+		s.emit(Event{Kind: SessionDeadlinePassed, Session: inc.id})
 		s.closeLater(inc.id)
 	}
 	for _, c := range s.order {

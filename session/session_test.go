@@ -283,6 +283,14 @@ func TestFailedRenewalSuspendsWithHalvingBackoffUntilDeadline(t *testing.T) {
 		if f.ev.count(session.SessionDeadlinePassed) != 1 {
 			t.Fatal("no SessionDeadlinePassed event")
 		}
+		// Event.State is the state after the event: the deadline ended the
+		// backend session, and a new one is being opened.
+		if ev, _ := f.ev.last(session.SessionDeadlinePassed); ev.State != session.Opening {
+			t.Fatalf("SessionDeadlinePassed.State = %v, want OPENING", ev.State)
+		}
+		if ev, _ := f.ev.last(session.TermRevoked); ev.Reason != term.DeadlinePassed || ev.State != session.Opening {
+			t.Fatalf("TermRevoked (%v).State = %v, want DEADLINE_PASSED in OPENING", ev.Reason, ev.State)
+		}
 		if got := f.s.State(); got != session.Opening {
 			t.Fatalf("State() after the deadline = %v, want OPENING", got)
 		}
@@ -351,6 +359,9 @@ func TestExpiredSessionIsNeverRevived(t *testing.T) {
 		}
 		if f.ev.count(session.SessionExpired) != 1 || f.ev.count(session.SessionOpened) != 2 {
 			t.Fatalf("events: expired %d opened %d, want 1 and 2", f.ev.count(session.SessionExpired), f.ev.count(session.SessionOpened))
+		}
+		if ev, _ := f.ev.last(session.SessionExpired); ev.State != session.Opening {
+			t.Fatalf("SessionExpired.State = %v, want OPENING (the state after the event)", ev.State)
 		}
 		if id := f.s.ID(); id == old || id == "" {
 			t.Fatalf("ID() = %q after expiry, want a new id (old %q)", id, old)
