@@ -34,6 +34,7 @@ test-unit:
 lint: fmt staticcheck
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
 	@./scripts/check-deps.sh
+	@./scripts/release.sh check
 
 fmt:
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

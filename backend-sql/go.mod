@@ -5,10 +5,10 @@ go 1.25.0
 require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/simba-go/simba/deadline v0.0.0
-	github.com/simba-go/simba/election v0.0.0
-	github.com/simba-go/simba/session v0.0.0
-	github.com/simba-go/simba/term v0.0.0
+	github.com/simba-go/simba/deadline v0.1.0
+	github.com/simba-go/simba/election v0.1.0
+	github.com/simba-go/simba/session v0.1.0
+	github.com/simba-go/simba/term v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 

@@ -20,12 +20,12 @@ require (
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.22.0
-	github.com/simba-go/simba/backend-redis v0.0.0
-	github.com/simba-go/simba/backend-sql v0.0.0
-	github.com/simba-go/simba/backend-zk v0.0.0
-	github.com/simba-go/simba/deadline v0.0.0
-	github.com/simba-go/simba/lock v0.0.0
-	github.com/simba-go/simba/session v0.0.0
+	github.com/simba-go/simba/backend-redis v0.1.0
+	github.com/simba-go/simba/backend-sql v0.1.0
+	github.com/simba-go/simba/backend-zk v0.1.0
+	github.com/simba-go/simba/deadline v0.1.0
+	github.com/simba-go/simba/lock v0.1.0
+	github.com/simba-go/simba/session v0.1.0
 )
 
 require (
@@ -34,8 +34,8 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/simba-go/simba/election v0.0.0 // indirect
-	github.com/simba-go/simba/term v0.0.0 // indirect
+	github.com/simba-go/simba/election v0.1.0 // indirect
+	github.com/simba-go/simba/term v0.1.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.43.0 // indirect

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -71,6 +72,9 @@ type Election struct {
 	oneTerm  bool
 	kind     string
 	spawn    func(t *term.Term, task Task, done func())
+
+	tasksMu sync.Mutex
+	live    map[*liveTask]struct{} // tasks running, for Overrun
 
 	// Guarded by the session's lock (session.Do).
 	status    Status
@@ -503,8 +507,49 @@ func (e *Election) startTasks(t *term.Term) {
 
 // goTask runs a task on a session goroutine under the term's context.
 func (e *Election) goTask(t *term.Term, task Task, done func()) {
+	lt := &liveTask{}
+	e.tasksMu.Lock()
+	if e.live == nil {
+		e.live = make(map[*liveTask]struct{})
+	}
+	e.live[lt] = struct{}{}
+	e.tasksMu.Unlock()
+	env := e.s.Env()
+	stopWatch := context.AfterFunc(t.Context(), func() {
+		e.tasksMu.Lock()
+		lt.ended = env.Now()
+		e.tasksMu.Unlock()
+	})
 	e.s.Go(e.c, func() {
 		defer done()
+		defer func() {
+			stopWatch()
+			e.tasksMu.Lock()
+			delete(e.live, lt)
+			e.tasksMu.Unlock()
+		}()
 		_ = task(t.Context(), t)
 	})
+}
+
+// liveTask is a running task; ended is when its term ended (zero while
+// the term lasts).
+type liveTask struct{ ended time.Time }
+
+// Overrun is how long the election's longest-overrunning task has been
+// running since its term ended, or 0 if every running task's term is still
+// on. A task must return soon after its term's context is cancelled: one
+// that runs on may act without being leader, which a health check reports
+// (package election/health).
+func (e *Election) Overrun() time.Duration {
+	now := e.s.Env().Now()
+	e.tasksMu.Lock()
+	defer e.tasksMu.Unlock()
+	var longest time.Duration
+	for lt := range e.live {
+		if !lt.ended.IsZero() {
+			longest = max(longest, now.Sub(lt.ended))
+		}
+	}
+	return longest
 }

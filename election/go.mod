@@ -3,9 +3,9 @@ module github.com/simba-go/simba/election
 go 1.25.0
 
 require (
-	github.com/simba-go/simba/deadline v0.0.0
-	github.com/simba-go/simba/session v0.0.0
-	github.com/simba-go/simba/term v0.0.0
+	github.com/simba-go/simba/deadline v0.1.0
+	github.com/simba-go/simba/session v0.1.0
+	github.com/simba-go/simba/term v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 

@@ -6,16 +6,16 @@ require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.22.0
-	github.com/simba-go/simba/backend-redis v0.0.0
-	github.com/simba-go/simba/backend-sql v0.0.0
-	github.com/simba-go/simba/backend-zk v0.0.0
-	github.com/simba-go/simba/deadline v0.0.0
-	github.com/simba-go/simba/election v0.0.0
-	github.com/simba-go/simba/group v0.0.0
-	github.com/simba-go/simba/lock v0.0.0
-	github.com/simba-go/simba/session v0.0.0
-	github.com/simba-go/simba/simbatest v0.0.0
-	github.com/simba-go/simba/term v0.0.0
+	github.com/simba-go/simba/backend-redis v0.1.0
+	github.com/simba-go/simba/backend-sql v0.1.0
+	github.com/simba-go/simba/backend-zk v0.1.0
+	github.com/simba-go/simba/deadline v0.1.0
+	github.com/simba-go/simba/election v0.1.0
+	github.com/simba-go/simba/group v0.1.0
+	github.com/simba-go/simba/lock v0.1.0
+	github.com/simba-go/simba/session v0.1.0
+	github.com/simba-go/simba/simbatest v0.1.0
+	github.com/simba-go/simba/term v0.1.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.47.0
 )

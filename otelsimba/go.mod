@@ -3,10 +3,10 @@ module github.com/simba-go/simba/otelsimba
 go 1.25.0
 
 require (
-	github.com/simba-go/simba/deadline v0.0.0
-	github.com/simba-go/simba/election v0.0.0
-	github.com/simba-go/simba/session v0.0.0
-	github.com/simba-go/simba/term v0.0.0
+	github.com/simba-go/simba/deadline v0.1.0
+	github.com/simba-go/simba/election v0.1.0
+	github.com/simba-go/simba/session v0.1.0
+	github.com/simba-go/simba/term v0.1.0
 	go.opentelemetry.io/otel v1.46.0
 	go.opentelemetry.io/otel/metric v1.46.0
 	go.opentelemetry.io/otel/sdk v1.46.0

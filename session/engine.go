@@ -20,7 +20,7 @@ func (s *Session) open() {
 	if s.state == Closed {
 		return
 	}
-	s.state = Opening
+	s.setState(Opening)
 	sentAt := s.env.Now()
 	var reply OpenReply
 	var err error
@@ -68,7 +68,7 @@ func (s *Session) opened(sentAt time.Time, r OpenReply) error {
 	s.openFails = 0
 	inc := &incarnation{id: r.ID, life: life, released: make(map[string]uint64)}
 	s.inc = inc
-	s.state = Live
+	s.setState(Live)
 	s.regrant(inc, r.Remaining)
 	s.emit(Event{Kind: SessionOpened, Remaining: r.Remaining})
 	select {
@@ -149,7 +149,7 @@ func (s *Session) renewed(inc *incarnation, sentAt time.Time, sentSeq uint64, r 
 		s.checkDeadline(inc)
 		return
 	}
-	s.state = Live
+	s.setState(Live)
 	s.regrant(inc, r.Remaining)
 	s.emit(Event{Kind: SessionRenewed, Remaining: r.Remaining})
 	s.armRenew(inc, sentAt)
@@ -224,7 +224,7 @@ func (s *Session) renewFailed(inc *incarnation, err error) {
 		return
 	}
 	if s.state != Suspended {
-		s.state = Suspended
+		s.setState(Suspended)
 		s.emit(Event{Kind: SessionSuspended, Err: err})
 	}
 	if d := s.cfg.Backoff(left); d < left {
@@ -295,7 +295,7 @@ func (s *Session) revoke(c *Claim, h *held, reason term.RevokeReason) {
 	}
 	h.revoked = true
 	h.revokeFn(reason)
-	s.emit(Event{Kind: TermRevoked, Session: h.inc.id, Name: c.name, Token: h.token, Reason: reason, ClaimKind: c.kind()})
+	s.emit(Event{Kind: TermRevoked, Session: h.inc.id, Name: c.name, Token: h.token, Reason: reason, ClaimKind: c.kind(), Deadline: h.inc.life.at()})
 }
 
 // armCandidate keeps the candidate tick running while a claim wants a
@@ -465,9 +465,10 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r A
 			continue
 		}
 		s.tokens[res.Name] = res.Token
-		t, revokeFn := term.New(context.WithValue(s.root, markerKey{}, c), res.Name, res.Token, inc.life)
+		elected := Event{Kind: TermElected, Session: inc.id, Name: res.Name, Token: res.Token, ClaimKind: c.kind()}
+		t, revokeFn := term.New(s.termParent(c, elected), res.Name, res.Token, inc.life)
 		c.held = &held{t: t, revokeFn: revokeFn, token: res.Token, inc: inc, confirmed: confirmed}
-		s.emit(Event{Kind: TermElected, Session: inc.id, Name: res.Name, Token: res.Token, ClaimKind: c.kind()})
+		s.emit(elected)
 		c.h.Won(t)
 	}
 }
@@ -519,6 +520,7 @@ func (s *Session) pumpRelease() {
 
 // notice answers a release notice from the backend with an attempt.
 func (s *Session) notice(n Notice) {
+	s.tellWatchers(n)
 	s.mu.Lock()
 	if s.state == Closed {
 		s.mu.Unlock()

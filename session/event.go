@@ -81,6 +81,11 @@ type Event struct {
 	ClaimKind string
 	// Reason is why the term ended (TermRevoked).
 	Reason term.RevokeReason
+	// Deadline is the local deadline of the term's session when the term
+	// ended (TermRevoked): a term was never valid past it, so a term that
+	// ended because its deadline passed (noticed at Time, perhaps late,
+	// after a pause of the process) was over at Deadline already.
+	Deadline time.Time
 	// Err is the failure behind SessionSuspended or BackendContractViolation.
 	Err error
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/session/memory"
+	"github.com/simba-go/simba/term"
 )
 
 func ExampleOpen() {
@@ -32,10 +33,10 @@ func ExampleSession_Snapshot() {
 	s, _ := session.Open(context.Background(), b, session.WithLogger(nil))
 	defer s.Close()
 	snap := s.Snapshot()
-	snap.Remaining = 0 // it moves with the clock
+	snap.Remaining, snap.InState = 0, 0 // they move with the clock
 	out, _ := json.Marshal(snap)
 	fmt.Println(string(out))
-	// Output: {"id":"3f2a","state":"LIVE","remaining":"0s","renew_every":"5s","entries":[]}
+	// Output: {"id":"3f2a","state":"LIVE","in_state":"0s","remaining":"0s","renew_every":"5s","entries":[]}
 }
 
 func ExampleLogEvents() {
@@ -76,3 +77,27 @@ func ExampleWithListener() {
 	fmt.Println(e.Kind, e.State, e.Remaining)
 	// Output: SessionOpened LIVE 15s
 }
+
+func ExampleWithTermContext() {
+	type requestID struct{}
+	b, _ := memory.New()
+	s, _ := session.Open(context.Background(), b, session.WithLogger(nil),
+		session.WithTermContext(func(parent context.Context, e session.Event) context.Context {
+			// An instrumentation would start the term's span here.
+			return context.WithValue(parent, requestID{}, fmt.Sprintf("%s#%d", e.Name, e.Token))
+		}))
+	defer s.Close()
+	won := make(chan *term.Term, 1)
+	c, _ := s.Claim("billing", wonFunc(func(t *term.Term) { won <- t }))
+	s.Do(func() { c.Want(true) })
+	fmt.Println((<-won).Context().Value(requestID{}))
+	// Output: billing#1
+}
+
+// wonFunc is a ClaimHandler that reports won terms (elections, locks and
+// groups are the real handlers).
+type wonFunc func(*term.Term)
+
+func (f wonFunc) Won(t *term.Term)                 { f(t) }
+func (wonFunc) Lost(*term.Term, term.RevokeReason) {}
+func (wonFunc) Closed()                            {}

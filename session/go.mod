@@ -3,8 +3,8 @@ module github.com/simba-go/simba/session
 go 1.25.0
 
 require (
-	github.com/simba-go/simba/deadline v0.0.0
-	github.com/simba-go/simba/term v0.0.0
+	github.com/simba-go/simba/deadline v0.1.0
+	github.com/simba-go/simba/term v0.1.0
 )
 
 require go.uber.org/goleak v1.3.0

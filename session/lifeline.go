@@ -62,3 +62,10 @@ func (l *lifeline) end() {
 	l.over = true
 	l.mu.Unlock()
 }
+
+// at is the deadline's instant on the node's clock.
+func (l *lifeline) at() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}

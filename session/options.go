@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,6 +19,7 @@ type options struct {
 	logger    *slog.Logger
 	noLog     bool
 	owner     Owner
+	termCtx   func(context.Context, Event) context.Context
 }
 
 // WithIdentity names the process behind the session for people and tools
@@ -69,4 +71,15 @@ func WithListener(l Listener) Option {
 // turns logging off. The default is [slog.Default].
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) { o.logger, o.noLog = l, l == nil }
+}
+
+// WithTermContext lets an instrumentation decorate the context of every term
+// of the session, so that leader work (which runs under the term's context)
+// nests under, say, the term's trace span. f is called when a term begins,
+// with the engine's lock held and the TermElected event about to be
+// published (Name, Token, Session, Time); it must return quickly, must not
+// call the session, and must return parent or a context derived from it.
+// Only one decorator is kept: the last one given.
+func WithTermContext(f func(parent context.Context, elected Event) context.Context) Option {
+	return func(o *options) { o.termCtx = f }
 }

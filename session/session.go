@@ -41,6 +41,7 @@ type Session struct {
 	env       Env
 	log       *slog.Logger // the event log, nil when off
 	listeners []Listener
+	termCtx   func(context.Context, Event) context.Context
 	root      context.Context
 	cancel    context.CancelFunc
 	inside    goroutines // goroutines running user callbacks and tasks (for calls without a context)
@@ -50,6 +51,7 @@ type Session struct {
 
 	mu         sync.Mutex
 	state      State
+	since      time.Time // when state last changed, on the Env's clock
 	inc        *incarnation
 	renewEvery time.Duration
 	seq        uint64
@@ -69,6 +71,9 @@ type Session struct {
 	delivered  uint64     // effects run so far: the delivery loop's progress
 	progress   *sync.Cond // on mu: delivered moved
 	unsub      func()
+
+	watchMu  sync.Mutex
+	watchers map[*func(Notice)]struct{} // see WatchNotices
 }
 
 // incarnation is one backend session.
@@ -140,9 +145,12 @@ func New(b Backend, opts ...Option) (*Session, error) {
 		ready:     make(chan struct{}),
 		closed:    make(chan struct{}),
 		state:     Opening,
+		termCtx:   o.termCtx,
+		watchers:  make(map[*func(Notice)]struct{}),
 		claims:    make(map[string]*Claim),
 		tokens:    make(map[string]uint64),
 	}
+	s.since = s.env.Now()
 	s.renewEvery = s.cfg.RenewInterval
 	s.progress = sync.NewCond(&s.mu)
 	if bc, ok := b.(Broadcaster); ok {
@@ -236,7 +244,7 @@ func (s *Session) Close() error {
 		<-s.closed
 		return nil
 	}
-	s.state = Closed
+	s.setState(Closed)
 	inc := s.inc
 	s.stopTimer(&s.candidate)
 	s.stopTimer(&s.openRetry)

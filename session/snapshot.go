@@ -19,6 +19,7 @@ func (d *Duration) UnmarshalText(b []byte) error {
 type Snapshot struct {
 	ID         ID       `json:"id"`
 	State      State    `json:"state"`
+	InState    Duration `json:"in_state"`    // time since State last changed
 	Remaining  Duration `json:"remaining"`   // until the local deadline
 	RenewEvery Duration `json:"renew_every"` // the renewal period in force
 	Entries    []Entry  `json:"entries"`
@@ -38,7 +39,7 @@ type Entry struct {
 func (s *Session) Snapshot() Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	snap := Snapshot{State: s.state, RenewEvery: Duration(s.renewEvery), Entries: make([]Entry, 0, len(s.order))}
+	snap := Snapshot{State: s.state, InState: Duration(s.env.Now().Sub(s.since)), RenewEvery: Duration(s.renewEvery), Entries: make([]Entry, 0, len(s.order))}
 	if s.inc != nil {
 		snap.ID = s.inc.id
 		snap.Remaining = Duration(s.inc.life.Remaining())
