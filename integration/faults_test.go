@@ -28,7 +28,7 @@ import (
 // contend for one election while a controller (this test) applies faults
 // to them, to the links between them and the servers, and to the servers;
 // faultcheck checks their logs. SIMBA_FAULT_DURATION sets how long each
-// backend runs (default 90s, all backends in parallel: the CI slice of about three minutes with setup);
+// backend runs (default 75s, all backends in parallel: the CI slice of about three minutes with setup);
 // `make chaos` runs it long and writes docs/reliability.md.
 
 const faultLease = 2 * time.Second
@@ -52,7 +52,7 @@ type worker struct {
 	id    string
 	run   int
 	cmd   *exec.Cmd
-	done  chan struct{} // closed when cmd has exited
+	done  chan struct{}     // closed when cmd has exited
 	proxy []*tcpproxy.Proxy // its links to the servers (nil: direct)
 	addr  string
 	extra []string
@@ -192,11 +192,10 @@ var workerFaults = []fault{
 	{"pause-long", func(ctx context.Context, r *rig) error { return r.pauseLeader(ctx, leases(1.5, 3)) }},
 	{"pause-deadline", func(ctx context.Context, r *rig) error { return r.pauseLeader(ctx, leases(0.8, 1.2)) }},
 	{"kill-restart", func(ctx context.Context, r *rig) error {
-		w := r.waitLeader(ctx, 20*time.Second)
-		if w == nil {
-			return fmt.Errorf("no leader")
+		w, err := r.faultLeader(ctx, "kill-restart")
+		if err != nil {
+			return err
 		}
-		r.record(faultcheck.Event{Kind: faultcheck.Fault, Worker: w.id, T: faultcheck.Now(), Reason: "kill-restart"})
 		r.kill(w)
 		sleep(ctx, leases(0.5, 1.5))
 		w.run++
@@ -205,16 +204,25 @@ var workerFaults = []fault{
 	}},
 }
 
-func (r *rig) pauseLeader(ctx context.Context, d time.Duration) error {
-	w := r.waitLeader(ctx, 20*time.Second)
+// faultLeader waits for the leader and records the fault against it.
+func (r *rig) faultLeader(ctx context.Context, name string) (*worker, error) {
+	w := r.waitLeader(ctx, 60*time.Second)
 	if w == nil {
-		return fmt.Errorf("no leader")
+		return nil, fmt.Errorf("%s: no leader within 60s", name)
 	}
+	r.record(faultcheck.Event{Kind: faultcheck.Fault, Worker: w.id, T: faultcheck.Now(), Reason: name})
+	return w, nil
+}
+
+func (r *rig) pauseLeader(ctx context.Context, d time.Duration) error {
 	name := "pause-long"
 	if d < faultLease*3/2 {
 		name = "pause-deadline"
 	}
-	r.record(faultcheck.Event{Kind: faultcheck.Fault, Worker: w.id, T: faultcheck.Now(), Reason: name})
+	w, err := r.faultLeader(ctx, name)
+	if err != nil {
+		return err
+	}
 	_ = w.cmd.Process.Signal(syscall.SIGSTOP)
 	sleep(ctx, d)
 	return w.cmd.Process.Signal(syscall.SIGCONT)
@@ -223,22 +231,20 @@ func (r *rig) pauseLeader(ctx context.Context, d time.Duration) error {
 // Faults on the links, for backends whose workers dial through a proxy.
 var linkFaults = []fault{
 	{"conn-kill", func(ctx context.Context, r *rig) error {
-		w := r.waitLeader(ctx, 20*time.Second)
-		if w == nil {
-			return fmt.Errorf("no leader")
+		w, err := r.faultLeader(ctx, "conn-kill")
+		if err != nil {
+			return err
 		}
-		r.record(faultcheck.Event{Kind: faultcheck.Fault, Worker: w.id, T: faultcheck.Now(), Reason: "conn-kill"})
 		for _, p := range w.proxy {
 			p.KillConns()
 		}
 		return nil
 	}},
 	{"latency", func(ctx context.Context, r *rig) error {
-		w := r.waitLeader(ctx, 20*time.Second)
-		if w == nil {
-			return fmt.Errorf("no leader")
+		w, err := r.faultLeader(ctx, "latency")
+		if err != nil {
+			return err
 		}
-		r.record(faultcheck.Event{Kind: faultcheck.Fault, Worker: w.id, T: faultcheck.Now(), Reason: "latency"})
 		for _, p := range w.proxy {
 			p.SetLatency(faultLease / 5)
 		}
@@ -249,11 +255,10 @@ var linkFaults = []fault{
 		return nil
 	}},
 	{"partition", func(ctx context.Context, r *rig) error {
-		w := r.waitLeader(ctx, 20*time.Second)
-		if w == nil {
-			return fmt.Errorf("no leader")
+		w, err := r.faultLeader(ctx, "partition")
+		if err != nil {
+			return err
 		}
-		r.record(faultcheck.Event{Kind: faultcheck.Fault, Worker: w.id, T: faultcheck.Now(), Reason: "partition"})
 		for _, p := range w.proxy {
 			p.Cut(true)
 		}
@@ -402,7 +407,7 @@ func countSlots(ctx context.Context, c *redis.Client, id string) (int, error) {
 }
 
 func faultDuration(t *testing.T) time.Duration {
-	d := 90 * time.Second
+	d := 75 * time.Second
 	if v := os.Getenv("SIMBA_FAULT_DURATION"); v != "" {
 		var err error
 		if d, err = time.ParseDuration(v); err != nil {
@@ -496,14 +501,20 @@ func TestFaults(t *testing.T) {
 					t.Fatal("no leader within 60s")
 				}
 				end := time.Now().Add(d)
+				prev := "start"
 				for i := 0; time.Now().Before(end); i++ {
 					if i%len(r.faults) == 0 {
 						rand.Shuffle(len(r.faults), func(a, b int) { r.faults[a], r.faults[b] = r.faults[b], r.faults[a] })
 					}
 					f := r.faults[i%len(r.faults)]
+					start := time.Now()
 					if err := f.apply(ctx, r); err != nil {
-						t.Errorf("fault %s: %v", f.name, err)
+						t.Errorf("fault %s (after %s): %v", f.name, prev, err)
 					}
+					if d := time.Since(start); d > 20*time.Second {
+						t.Logf("fault %s took %v (after %s)", f.name, d.Round(time.Second), prev)
+					}
+					prev = f.name
 					// Let it settle: a failover takes about a lease.
 					sleep(ctx, leases(2.5, 3.5))
 				}
