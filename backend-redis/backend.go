@@ -20,11 +20,12 @@ import (
 // options would break the engine's timing.
 var ErrClientConfig = errors.New("redisbackend: unsuitable redis client")
 
-// client is the part of redis.UniversalClient the backend uses: scripts
-// and pub/sub.
+// client is the part of redis.UniversalClient the backend uses: scripts,
+// pub/sub and the read of the name index.
 type client interface {
 	redis.Scripter
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	ZRangeByLex(ctx context.Context, key string, opt *redis.ZRangeBy) *redis.StringSliceCmd
 }
 
 // Backend runs Simba sessions on Redis. It implements [session.Backend]
@@ -126,7 +127,11 @@ func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.Op
 		return session.OpenReply{}, fmt.Errorf("redisbackend: open: session id: %w", err)
 	}
 	id := session.ID(hex.EncodeToString(raw[:]))
-	ttl, err := openScript.Run(ctx, b.rdb, []string{b.keys.session + string(id)}, int64(ms)).Int64()
+	owner, err := encodeOwner(req.Owner)
+	if err != nil {
+		return session.OpenReply{}, fmt.Errorf("redisbackend: open: %w", err)
+	}
+	ttl, err := openScript.Run(ctx, b.rdb, []string{b.keys.session + string(id)}, int64(ms), owner).Int64()
 	if err != nil {
 		return session.OpenReply{}, fmt.Errorf("redisbackend: open: %w", err)
 	}
@@ -218,8 +223,8 @@ func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (sess
 		return session.AcquireReply{}, expired("acquire", req.ID)
 	}
 	results := make([]session.AcquireResult, len(req.Names))
-	ks := make([]string, 1, len(req.Names)+1)
-	ks[0] = b.keys.session + string(req.ID)
+	ks := make([]string, 2, len(req.Names)+2)
+	ks[0], ks[1] = b.keys.session+string(req.ID), b.keys.names
 	args := make([]any, 2, len(req.Names)+2)
 	args[0], args[1] = string(req.ID), b.keys.session
 	sent := make([]int, 0, len(req.Names)) // indexes of results sent to Redis

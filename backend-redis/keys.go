@@ -43,11 +43,12 @@ type keys struct {
 	session string // simba:{ns}:s:
 	lease   string // simba:{ns}:l:
 	channel string // simba:{ns}:rel
+	names   string // simba:{ns}:names
 }
 
 func newKeys(ns string) keys {
 	p := "simba:{" + ns + "}:"
-	return keys{prefix: p, session: p + "s:", lease: p + "l:", channel: p + "rel"}
+	return keys{prefix: p, session: p + "s:", lease: p + "l:", channel: p + "rel", names: p + "names"}
 }
 
 // idLen is the length of a session id: 128 bits in lower-case hex.

@@ -17,14 +17,15 @@ import "github.com/redis/go-redis/v9"
 // They travel as decimal strings formatted with %.0f, so the string stored
 // in the lease and the one compared on release are the same.
 
-// open: KEYS[1] session; ARGV[1] lease ms. Returns PTTL, or an error if the
-// id exists (which crypto/rand makes practically impossible; checked so an
-// id is never handed out twice).
+// open: KEYS[1] session; ARGV[1] lease ms, ARGV[2] the owner as JSON (""
+// for none). Returns PTTL, or an error if the id exists (which crypto/rand
+// makes practically impossible; checked so an id is never handed out
+// twice).
 var openScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.error_reply('SIMBA_DUPLICATE session id exists')
 end
-redis.call('HSET', KEYS[1], '#v', '1', '#d', ARGV[1])
+redis.call('HSET', KEYS[1], '#v', '1', '#d', ARGV[1], '#o', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return redis.call('PTTL', KEYS[1])
 `)
@@ -42,8 +43,9 @@ if v == ARGV[1] then return {ttl, v} end
 return {ttl, v, redis.call('HGETALL', KEYS[1])}
 `)
 
-// acquire: KEYS[1] session, KEYS[2..n] lease keys; ARGV[1] session id,
-// ARGV[2] session key prefix, ARGV[3..n+1] the names of KEYS[2..n].
+// acquire: KEYS[1] session, KEYS[2] the name index, KEYS[3..n] lease keys;
+// ARGV[1] session id, ARGV[2] session key prefix, ARGV[3..n] the names of
+// KEYS[3..n].
 // Returns -1 if the session has expired, else one token string per lease
 // key ("0" when another live session owns it).
 //
@@ -59,21 +61,24 @@ local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local out = {}
 local fields = {}
 local changed = false
-for i = 2, #KEYS do
+for i = 3, #KEYS do
   local cur = redis.call('HMGET', KEYS[i], 's', 't')
   local owner = cur[1]
   if owner == ARGV[1] then
-    out[i - 1] = cur[2]
+    out[i - 2] = cur[2]
   elseif owner and redis.call('EXISTS', ARGV[2] .. owner) == 1 then
-    out[i - 1] = '0'
+    out[i - 2] = '0'
   else
     local tok = (tonumber(cur[2]) or 0) + 1
     if tok < now then tok = now end
     local s = string.format('%.0f', tok)
     redis.call('HSET', KEYS[i], 's', ARGV[1], 't', s)
-    fields[#fields + 1] = ARGV[i + 1]
+    -- Every won term (re)indexes its name, so the index heals if it alone
+    -- was evicted; inspection by prefix reads it (ADR 0080).
+    redis.call('ZADD', KEYS[2], 0, ARGV[i])
+    fields[#fields + 1] = ARGV[i]
     fields[#fields + 1] = s
-    out[i - 1] = s
+    out[i - 2] = s
     changed = true
     if #fields >= 2000 then -- unpack has a limit: write big batches in chunks
       redis.call('HSET', KEYS[1], unpack(fields))
@@ -131,4 +136,22 @@ end
 redis.call('DEL', KEYS[1])
 if #rel > 0 then redis.call('PUBLISH', ARGV[3], table.concat(rel, ' ')) end
 return #rel
+`)
+
+// inspect: KEYS[1..n] lease keys; ARGV[1] session key prefix, ARGV[2..n+1]
+// the names of KEYS. Returns one {name, token, session id, owner JSON,
+// PTTL} per lease whose owner's session is alive, in KEYS order. Read only.
+var inspectScript = redis.NewScript(`
+local out = {}
+for i = 1, #KEYS do
+  local cur = redis.call('HMGET', KEYS[i], 's', 't')
+  if cur[1] then
+    local sk = ARGV[1] .. cur[1]
+    local ttl = redis.call('PTTL', sk)
+    if ttl > 0 then
+      out[#out + 1] = {ARGV[i + 1], cur[2], cur[1], redis.call('HGET', sk, '#o') or '', ttl}
+    end
+  end
+end
+return out
 `)

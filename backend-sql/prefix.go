@@ -39,3 +39,9 @@ func ValidatePrefix(prefix string) error {
 	}
 	return nil
 }
+
+// ErrSchemaVersion is wrapped by the error a backend returns when the
+// namespace's installed schema is not one this code can use: older than it
+// needs (run the migration the message names) or newer and incompatible
+// (upgrade the library). The message names both versions.
+var ErrSchemaVersion = errors.New("simba: schema version mismatch")

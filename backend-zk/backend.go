@@ -119,13 +119,16 @@ func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.Op
 	if req.LeaseDuration < time.Millisecond || req.LeaseDuration > time.Duration(1<<31-1)*time.Millisecond {
 		return session.OpenReply{}, fmt.Errorf("zkbackend: open: lease duration %v out of range [1ms, 2^31ms)", req.LeaseDuration)
 	}
+	if err := req.Owner.Check(); err != nil {
+		return session.OpenReply{}, fmt.Errorf("zkbackend: open: %w", err)
+	}
 	b.mu.Lock()
 	closed := b.closed
 	b.mu.Unlock()
 	if closed {
 		return session.OpenReply{}, fmt.Errorf("zkbackend: open: %w", session.ErrClosed)
 	}
-	s, err := b.dialSession(ctx, req.LeaseDuration)
+	s, err := b.dialSession(ctx, req.LeaseDuration, req.Owner)
 	if err != nil {
 		return session.OpenReply{}, fmt.Errorf("zkbackend: open: %w", err)
 	}

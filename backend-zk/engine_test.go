@@ -123,7 +123,7 @@ func claimName(t testing.TB, s *session.Session, name string) *claimRec {
 
 // With the default 15 s lease, ZooKeeper grants 5/12 × 15 s = 6.25 s per
 // renewal, so the engine renews every third of the local validity
-// (design-notes §8: ≈ 2.046 s) and says so once.
+// (docs/design.md §8: ≈ 2.046 s) and says so once.
 func TestEngineLeaseShortened(t *testing.T) {
 	b := newBackend(t, standalone(t), newRoot(t))
 	s, ev := openEngine(t, b, 15*time.Second)

@@ -2,6 +2,7 @@ package zkbackend
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,7 @@ type zsession struct {
 	conn atomic.Pointer[zk.Conn]
 
 	id        session.ID   // set once Open has the session
+	data      []byte       // the data of its lease nodes (leaseData); set with id
 	sid       atomic.Int64 // ZooKeeper session id from the first connect response
 	timeoutNs atomic.Int64 // negotiated timeout from the latest connect response
 
@@ -47,7 +49,7 @@ func formatID(sid int64) session.ID {
 	return session.ID(fmt.Sprintf("0x%016x", uint64(sid)))
 }
 
-func (b *Backend) dialSession(ctx context.Context, lease time.Duration) (*zsession, error) {
+func (b *Backend) dialSession(ctx context.Context, lease time.Duration, owner session.Owner) (*zsession, error) {
 	calledAt := time.Now()
 	s := &zsession{
 		b:         b,
@@ -79,6 +81,11 @@ func (b *Backend) dialSession(ctx context.Context, lease time.Duration) (*zsessi
 		return nil, fmt.Errorf("connecting to %v: %w", b.servers, context.Cause(ctx))
 	}
 	s.id = formatID(s.sid.Load())
+	// Every lease node says who holds it, for Inspect.
+	if s.data, err = json.Marshal(leaseData{Session: s.id, Owner: owner, TimeoutMS: s.timeout().Milliseconds()}); err != nil {
+		s.closeAsync()
+		return nil, err
+	}
 	s.mu.Lock()
 	s.lastRenew = calledAt
 	s.watchdog.Store(time.AfterFunc(time.Until(calledAt.Add(s.timeout())), s.fireWatchdog))
@@ -433,7 +440,7 @@ func (s *zsession) acquire(ctx context.Context, name string) (uint64, error) {
 		return tok, nil
 	}
 	conn, sid, acl := s.conn.Load(), s.sid.Load(), s.b.cfg.acl
-	data := []byte(s.id)
+	data := s.data
 	churn, lost := 0, 0
 	for churn < 3 {
 		// create + setData in one multi: the setData's reply carries the

@@ -11,7 +11,7 @@ var defaults = Config{}.WithDefaults()
 
 func at(sec float64) time.Time { return time.Unix(0, 0).Add(time.Duration(sec * float64(time.Second))) }
 
-// Worked numbers from design-notes §8.
+// Worked numbers from docs/design.md §8.
 func TestDeadlineWorkedExample(t *testing.T) {
 	got := defaults.Deadline(at(100), 15*time.Second)
 	if want := at(114.8); !got.Equal(want) {

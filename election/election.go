@@ -33,7 +33,7 @@ var (
 // Status is an election's state, as Snapshot reports it.
 type Status int
 
-// The states of an election (design-notes §2):
+// The states of an election (docs/design.md §2):
 //
 //	STOPPED --Start--> CANDIDATE --won a term--> LEADER
 //	LEADER --lost involuntarily--> CANDIDATE

@@ -479,7 +479,7 @@ func (w *sim) violate(format string, args ...any) {
 // valid term for the same name. Validity changes only at events (a term
 // begins) or as clocks run (it ends), so checking after every event covers
 // every instant. A backend that loses its data (a Redis restart without
-// persistence) breaks exclusion by design (design-notes §5): terms whose
+// persistence) breaks exclusion by design (docs/design.md §5): terms whose
 // lease was granted before the loss are left out; their lower fencing
 // tokens are the guard.
 func (w *sim) check() {

@@ -128,6 +128,11 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 	return g, nil
 }
 
+// Validate reports whether Join would accept the group's name and
+// partition count, with an error wrapping ErrInvalidGroup naming the rule
+// otherwise; frameworks use it to fail at configuration time.
+func Validate(name string, partitions int) error { return validate(name, partitions) }
+
 func validate(name string, partitions int) error {
 	if err := deadline.ValidateName(name); err != nil {
 		return fmt.Errorf("%w: name: %w", ErrInvalidGroup, err)
@@ -183,6 +188,21 @@ func (g *Group) partitionOf(name string) (int, bool) {
 		return 0, false
 	}
 	return p, true
+}
+
+// ParsePartitionLease reports whether leaseName is the lease of a
+// partition of a group (<group>:p:<partition>), and of which; tools and
+// instrumentation (otelsimba) use it to label a partition's term.
+func ParsePartitionLease(leaseName string) (groupName string, partition int, ok bool) {
+	groupName, rest, found := strings.Cut(leaseName, ":p:")
+	if !found || groupName == "" || strings.Contains(groupName, ":") {
+		return "", 0, false
+	}
+	p, err := strconv.Atoi(rest)
+	if err != nil || p < 0 || p >= MaxPartitions || strconv.Itoa(p) != rest {
+		return "", 0, false
+	}
+	return groupName, p, true
 }
 
 // Terms returns the valid terms of the partitions this member owns, by

@@ -3,6 +3,7 @@ package group
 import (
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -54,4 +55,43 @@ func TestSimulationIsReproducible(t *testing.T) {
 			t.Fatalf("seed %d ran only %d events", seed, a.events)
 		}
 	}
+}
+
+// TestSimulationCatchesDriftBeyondTheBound shows that the group checker
+// can fail: with node clocks slower than the configured drift allows, some
+// seed must show a partition with two valid owners.
+func TestSimulationCatchesDriftBeyondTheBound(t *testing.T) {
+	for seed := uint64(1); seed <= 100; seed++ {
+		cfg := variedSim(seed)
+		cfg.rateDev = 0.3
+		if r := runSim(cfg, seed); containsAny(r.violations, "two valid owners") {
+			t.Logf("seed %d: %v", seed, r.violations[0])
+			return
+		}
+	}
+	t.Fatal("100 seeds with clocks 30× beyond the drift bound found no two owners: the checker is blind")
+}
+
+// TestSimulationCatchesAHandoverThatDoesNotWait plants a bug: the group
+// believes every task returned at once, so it releases a moving partition
+// while the task still runs. The handover check must catch it.
+func TestSimulationCatchesAHandoverThatDoesNotWait(t *testing.T) {
+	for seed := uint64(1); seed <= 100; seed++ {
+		cfg := variedSim(seed)
+		cfg.plant = plantNoTaskWait
+		if r := runSim(cfg, seed); containsAny(r.violations, "before the task of") {
+			t.Logf("seed %d: %v", seed, r.violations[0])
+			return
+		}
+	}
+	t.Fatal("100 seeds with a handover that does not wait for tasks found nothing: the checker is blind")
+}
+
+func containsAny(vs []string, s string) bool {
+	for _, v := range vs {
+		if strings.Contains(v, s) {
+			return true
+		}
+	}
+	return false
 }

@@ -37,7 +37,16 @@ type simConfig struct {
 	drift      float64
 	rateDev    float64 // > drift breaks the model
 	faults     bool
+	plant      plant // a bug planted to show the checker catches it
 }
+
+type plant int
+
+const (
+	_ plant = iota
+	// plantNoTaskWait: the group is told each task returned as it starts.
+	plantNoTaskWait
+)
 
 func variedSim(seed uint64) simConfig {
 	r := rand.New(rand.NewPCG(seed, 0x6e0))
@@ -311,6 +320,10 @@ func (n *simNode) join() {
 		return
 	}
 	g.spawn = func(p int, t *term.Term, _ Task, done func()) {
+		if w.cfg.plant == plantNoTaskWait {
+			w.schedule(w.now, n, "planted: task done at once", done)
+			done = func() {}
+		}
 		w.tasks = append(w.tasks, &simTask{node: n, p: p, t: t, done: done})
 	}
 	n.g = g

@@ -5,16 +5,24 @@
 // session:
 //
 //	inst, err := otelsimba.New() // the global TracerProvider and MeterProvider
-//	s, err := session.Open(ctx, backend, inst.Option())
+//	s, err := session.Open(ctx, inst.Backend(backend), inst.Option())
 //	stop := inst.Observe(s) // optional: the simba.session.remaining gauge
 //
 // # Traces
 //
 // One span per term, named "simba.term", started when the term is elected
-// (TermElected) and ended when it is revoked (TermRevoked), both at the time
-// the engine saw the event. Its attributes are simba.lease.name,
-// simba.term.token and simba.session.id, and simba.revoke.reason once it
-// ends. A term that ends involuntarily (DEADLINE_PASSED, SESSION_EXPIRED,
+// and put into the term's context (through session.WithTermContext, which
+// [Instrumentation.Option] installs), so spans that leader work starts from
+// the term's context nest under it. Because a span is exported only when it
+// ends, a zero-length child "simba.term.elected" is recorded as the term
+// begins: a term shows while it lives, and a leader killed mid-term still
+// left a trace. The term span is linked to the previous term of the same
+// name this Instrumentation saw (link attribute simba.link=previous_term).
+// It ends at the earlier of the moment the engine noticed the end and the
+// session's local deadline (a frozen process notices late, but its term was
+// over at the deadline), with simba.term.detection_delay (seconds between
+// the two). Its attributes are simba.lease.name, simba.term.token and
+// simba.session.id, and simba.revoke.reason once it ends. A term that ends involuntarily (DEADLINE_PASSED, SESSION_EXPIRED,
 // TAKEN_OVER) gets an Error status with the reason as description; a
 // voluntary end (STOPPED, STEPPED_DOWN) leaves the status unset.
 //
@@ -29,10 +37,16 @@
 //
 // # Metrics
 //
-// Counters: simba.session.opens, simba.session.renewals,
-// simba.session.suspensions, simba.session.expirations,
-// simba.session.deadline_passes, simba.session.lease_shortened,
+// Metric names follow the OpenTelemetry conventions: <entity>.<what
+// happened> for counters, with the counted thing as a curly-brace unit
+// ({session}, {renewal}, {term}), and seconds ("s") for durations.
+// Counters: simba.session.opened, simba.session.renewed,
+// simba.session.suspended, simba.session.expired,
+// simba.session.deadline_passed, simba.session.lease_shortened,
 // simba.term.elected and simba.term.revoked (with simba.revoke.reason).
+// Histogram: simba.backend.call.duration (seconds) by
+// simba.backend.operation and, for failures, error.type, for a backend
+// wrapped with [Instrumentation.Backend].
 // Gauges: simba.session.renew_period and simba.session.granted (seconds,
 // recorded at every grant), and simba.session.remaining (seconds until the
 // local deadline, observed at collection for sessions passed to

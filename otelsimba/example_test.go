@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -48,6 +49,7 @@ func ExampleNew() {
 	}
 	// Output:
 	// simba.session.open
+	// simba.term.elected simba.lease.name=billing-leader
 	// simba.term simba.lease.name=billing-leader simba.revoke.reason=STOPPED
 	// simba.session.close
 }
@@ -64,4 +66,23 @@ func ExampleInstrumentation_Observe() {
 	defer stop()
 	fmt.Println(s.Remaining() > 0)
 	// Output: true
+}
+
+func ExampleInstrumentation_Backend() {
+	reader := sdkmetric.NewManualReader()
+	inst, _ := otelsimba.New(otelsimba.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	b, _ := memory.New()
+	// Time every backend call; the wrapper keeps the backend's inspection
+	// and release notices.
+	s, _ := session.Open(context.Background(), inst.Backend(b), session.WithLogger(nil), inst.Option())
+	_ = s.Close()
+
+	var rm metricdata.ResourceMetrics
+	_ = reader.Collect(context.Background(), &rm)
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		if m.Name == "simba.backend.call.duration" {
+			fmt.Println(m.Name, m.Unit, s.CanInspect())
+		}
+	}
+	// Output: simba.backend.call.duration s true
 }

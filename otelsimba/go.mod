@@ -5,6 +5,7 @@ go 1.25.0
 require (
 	github.com/simba-go/simba/deadline v0.1.0
 	github.com/simba-go/simba/election v0.1.0
+	github.com/simba-go/simba/group v0.1.0
 	github.com/simba-go/simba/session v0.1.0
 	github.com/simba-go/simba/term v0.1.0
 	go.opentelemetry.io/otel v1.46.0
@@ -31,3 +32,5 @@ replace github.com/simba-go/simba/election => ../election
 replace github.com/simba-go/simba/session => ../session
 
 replace github.com/simba-go/simba/term => ../term
+
+replace github.com/simba-go/simba/group => ../group

@@ -20,6 +20,10 @@ const (
 	keyGranted   = attribute.Key("simba.session.granted")
 	keyRenew     = attribute.Key("simba.session.renew_period")
 	keyError     = attribute.Key("error.message")
+	keyDetection = attribute.Key("simba.term.detection_delay")
+	keyLinkKind  = attribute.Key("simba.link")
+	keyOperation = attribute.Key("simba.backend.operation")
+	keyErrorType = attribute.Key("error.type")
 )
 
 type instruments struct {
@@ -27,6 +31,7 @@ type instruments struct {
 	elected, revoked                                                metric.Int64Counter
 	renewPeriod, granted                                            metric.Float64Gauge
 	remaining                                                       metric.Float64ObservableGauge
+	calls                                                           metric.Float64Histogram
 }
 
 func (m *instruments) init(meter metric.Meter, observe metric.Float64Callback) error {
@@ -41,17 +46,21 @@ func (m *instruments) init(meter metric.Meter, observe metric.Float64Callback) e
 		errs = append(errs, err)
 		return g
 	}
-	m.opens = counter("simba.session.opens", "{session}", "Backend sessions opened.")
-	m.renewals = counter("simba.session.renewals", "{renewal}", "Successful session renewals.")
-	m.suspensions = counter("simba.session.suspensions", "{suspension}", "Failed renewals or opens that suspended the session.")
-	m.expirations = counter("simba.session.expirations", "{session}", "Backend sessions the backend reported expired.")
-	m.deadlines = counter("simba.session.deadline_passes", "{session}", "Backend sessions whose local deadline passed without a renewal.")
+	m.opens = counter("simba.session.opened", "{session}", "Backend sessions opened.")
+	m.renewals = counter("simba.session.renewed", "{renewal}", "Successful session renewals.")
+	m.suspensions = counter("simba.session.suspended", "{suspension}", "Failed renewals or opens that suspended the session.")
+	m.expirations = counter("simba.session.expired", "{session}", "Backend sessions the backend reported expired.")
+	m.deadlines = counter("simba.session.deadline_passed", "{session}", "Backend sessions whose local deadline passed without a renewal.")
 	m.shortened = counter("simba.session.lease_shortened", "{session}", "Backend sessions granted less than two renewal periods.")
 	m.elected = counter("simba.term.elected", "{term}", "Terms won.")
 	m.revoked = counter("simba.term.revoked", "{term}", "Terms ended, by simba.revoke.reason.")
 	m.renewPeriod = gauge("simba.session.renew_period", "The renewal period in force.")
 	m.granted = gauge("simba.session.granted", "The time the backend granted at the last open or renewal.")
 	var err error
+	m.calls, err = meter.Float64Histogram("simba.backend.call.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of the engine's backend calls, by simba.backend.operation (see Instrumentation.Backend)."),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+	errs = append(errs, err)
 	m.remaining, err = meter.Float64ObservableGauge("simba.session.remaining", metric.WithUnit("s"),
 		metric.WithDescription("Time left until the session's local deadline (sessions passed to Observe)."),
 		metric.WithFloat64Callback(observe))

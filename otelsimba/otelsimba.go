@@ -15,6 +15,10 @@ import (
 // ScopeName is the instrumentation scope of the tracer and meter.
 const ScopeName = "github.com/simba-go/simba/otelsimba"
 
+// Version is the instrumentation scope's version: the module's release
+// (versions.yaml).
+const Version = "0.1.0"
+
 // ErrInvalidOption is wrapped by the error [New] returns for an invalid
 // option.
 var ErrInvalidOption = errors.New("otelsimba: invalid option")
@@ -66,6 +70,7 @@ type Instrumentation struct {
 
 	mu       sync.Mutex
 	spans    map[termKey]trace.Span
+	last     map[string]trace.SpanContext // the last term span per name, for links
 	observed map[*observed]struct{}
 }
 
@@ -97,12 +102,13 @@ func New(opts ...Option) (*Instrumentation, error) {
 		c.mp = otel.GetMeterProvider()
 	}
 	in := &Instrumentation{
-		tracer:    c.tp.Tracer(ScopeName),
+		tracer:    c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
 		leaseAttr: c.leaseAttr,
 		spans:     make(map[termKey]trace.Span),
+		last:      make(map[string]trace.SpanContext),
 		observed:  make(map[*observed]struct{}),
 	}
-	if err := in.m.init(c.mp.Meter(ScopeName), in.observe); err != nil {
+	if err := in.m.init(c.mp.Meter(ScopeName, metric.WithInstrumentationVersion(Version)), in.observe); err != nil {
 		return nil, fmt.Errorf("otelsimba: create instruments: %w", err)
 	}
 	return in, nil
@@ -112,8 +118,17 @@ func New(opts ...Option) (*Instrumentation, error) {
 // session.WithListener (or use [Instrumentation.Option]).
 func (in *Instrumentation) Listener() session.Listener { return in.handle }
 
-// Option returns session.WithListener(in.Listener()).
-func (in *Instrumentation) Option() session.Option { return session.WithListener(in.Listener()) }
+// Option returns the session option that instruments a session: its
+// listener (session.WithListener) and the term-context decorator
+// (session.WithTermContext) that puts each term's span in the term's
+// context, so leader work nests under it.
+func (in *Instrumentation) Option() session.Option {
+	return both(session.WithListener(in.Listener()), session.WithTermContext(in.termContext))
+}
+
+// both combines two options of one function type. session.Option's
+// parameter type is unexported; inference names it for us.
+func both[O ~func(P), P any](a, b O) O { return func(p P) { a(p); b(p) } }
 
 // handle records one event. The engine calls listeners in the order events
 // happen, so a term's TermElected always comes before its TermRevoked.

@@ -254,8 +254,8 @@ func TestTermLostToSessionExpiredEndsOneSpan(t *testing.T) {
 			t.Fatalf("open term spans after re-election = %d, want 1 (the new term)", got)
 		}
 
-		if got := f.count("simba.session.expirations"); got != 1 {
-			t.Fatalf("simba.session.expirations = %d, want 1", got)
+		if got := f.count("simba.session.expired"); got != 1 {
+			t.Fatalf("simba.session.expired = %d, want 1", got)
 		}
 		if got := f.count("simba.term.revoked", reason(term.SessionExpired)); got != 1 {
 			t.Fatalf("simba.term.revoked{SESSION_EXPIRED} = %d, want 1", got)
@@ -263,8 +263,8 @@ func TestTermLostToSessionExpiredEndsOneSpan(t *testing.T) {
 		if got := f.count("simba.term.elected"); got != 2 {
 			t.Fatalf("simba.term.elected = %d, want 2", got)
 		}
-		if got := f.count("simba.session.opens"); got != 2 {
-			t.Fatalf("simba.session.opens = %d, want 2", got)
+		if got := f.count("simba.session.opened"); got != 2 {
+			t.Fatalf("simba.session.opened = %d, want 2", got)
 		}
 		if got := len(f.ended("simba.session.open")); got != 2 {
 			t.Fatalf("simba.session.open spans = %d, want 2", got)
@@ -302,8 +302,8 @@ func TestTermLostToDeadlineCarriesSuspensionEvents(t *testing.T) {
 		tm := e.Term()
 		b.FailCalls(errors.New("connection refused"))
 		advance(5 * time.Second) // first failed renewal: suspended
-		if got := f.count("simba.session.suspensions"); got != 1 {
-			t.Fatalf("simba.session.suspensions = %d, want 1", got)
+		if got := f.count("simba.session.suspended"); got != 1 {
+			t.Fatalf("simba.session.suspended = %d, want 1", got)
 		}
 		if got := f.running("simba.term"); got != 1 {
 			t.Fatalf("open term spans while suspended = %d, want 1", got)
@@ -338,14 +338,14 @@ func TestTermLostToDeadlineCarriesSuspensionEvents(t *testing.T) {
 		if got := sp.EndTime().Sub(sp.StartTime()); got != 14800*time.Millisecond {
 			t.Fatalf("term span lasted %v, want 14.8s (the local deadline)", got)
 		}
-		if got := f.count("simba.session.deadline_passes"); got != 1 {
-			t.Fatalf("simba.session.deadline_passes = %d, want 1", got)
+		if got := f.count("simba.session.deadline_passed"); got != 1 {
+			t.Fatalf("simba.session.deadline_passed = %d, want 1", got)
 		}
 		if got := f.count("simba.term.revoked", reason(term.DeadlinePassed)); got != 1 {
 			t.Fatalf("simba.term.revoked{DEADLINE_PASSED} = %d, want 1", got)
 		}
-		if got := f.count("simba.session.expirations"); got != 0 {
-			t.Fatalf("simba.session.expirations = %d, want 0", got)
+		if got := f.count("simba.session.expired"); got != 0 {
+			t.Fatalf("simba.session.expired = %d, want 0", got)
 		}
 	})
 }
@@ -366,8 +366,8 @@ func TestRenewalsAndGauges(t *testing.T) {
 			t.Fatalf("simba.session.remaining = %v, want 14.8 (15s × 0.99 − 50ms)", got)
 		}
 		advance(10*time.Second + time.Millisecond) // two renewals, at 5s and 10s
-		if got := f.count("simba.session.renewals"); got != 2 {
-			t.Fatalf("simba.session.renewals = %d, want 2", got)
+		if got := f.count("simba.session.renewed"); got != 2 {
+			t.Fatalf("simba.session.renewed = %d, want 2", got)
 		}
 		if got, _ := f.gauge("simba.session.renew_period"); got != 5 {
 			t.Fatalf("simba.session.renew_period = %v, want 5", got)
@@ -412,8 +412,8 @@ func TestLeaseShortened(t *testing.T) {
 		if got, _ := f.gauge("simba.session.renew_period"); got != want.Seconds() {
 			t.Fatalf("simba.session.renew_period = %v, want %v", got, want.Seconds())
 		}
-		if got := f.count("simba.session.renewals"); got != int64(10*time.Second/want) {
-			t.Fatalf("simba.session.renewals in 10s = %d, want %d", got, int64(10*time.Second/want))
+		if got := f.count("simba.session.renewed"); got != int64(10*time.Second/want) {
+			t.Fatalf("simba.session.renewed in 10s = %d, want %d", got, int64(10*time.Second/want))
 		}
 	})
 }
@@ -563,8 +563,8 @@ func TestDefaultsToGlobals(t *testing.T) {
 	l := inst.Listener()
 	l(session.Event{Kind: session.TermElected, Session: "x", Name: "n", Token: 1})
 	l(session.Event{Kind: session.TermRevoked, Session: "x", Name: "n", Token: 1, Reason: term.TakenOver})
-	if got := len(rec.Ended()); got != 1 {
-		t.Fatalf("spans through the global TracerProvider = %d, want 1", got)
+	if got := len(rec.Ended()); got != 2 {
+		t.Fatalf("spans through the global TracerProvider = %d, want 2 (simba.term.elected, simba.term)", got)
 	}
 	f := &fixture{t: t, reader: reader}
 	if got := f.count("simba.term.revoked", reason(term.TakenOver)); got != 1 {

@@ -24,7 +24,7 @@ HEAD
   cat <<'HEAD'
 # Spec coverage
 
-Every promise of `how-simba-works` (and of the issues) mapped to the tests that check it.
+Every promise of [`how-simba-works`](how-simba-works.md) (and of the issues) mapped to the tests that check it.
 Each module keeps its own table in `docs/spec-coverage/<module>.md`; `make docs` gathers
 them here.
 HEAD

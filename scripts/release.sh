@@ -44,14 +44,14 @@ check_sets() {
   for d in $(workspace); do
     path=$(awk '/^module /{print $2; exit}' "$d/go.mod")
     [ "$path" = "$PREFIX$d" ] || { echo "release: $d/go.mod declares $path, want $PREFIX$d" >&2; fail=1; }
-    if ! released | grep -qx "$path" && ! excluded | grep -qx "$path"; then
+    if ! released | grep -Fqx "$path" && ! excluded | grep -Fqx "$path"; then
       echo "release: module $path (in go.work) is missing from $VERSIONS: add it to module-sets.simba.modules, or to excluded-modules if users never import it" >&2
       fail=1
     fi
   done
   for path in $(released) $(excluded); do
     [ -f "${path#"$PREFIX"}/go.mod" ] || { echo "release: $VERSIONS lists $path but ${path#"$PREFIX"}/go.mod does not exist" >&2; fail=1; }
-    workspace | grep -qx "${path#"$PREFIX"}" || { echo "release: $VERSIONS lists $path but go.work does not use ./${path#"$PREFIX"}" >&2; fail=1; }
+    workspace | grep -Fqx "${path#"$PREFIX"}" || { echo "release: $VERSIONS lists $path but go.work does not use ./${path#"$PREFIX"}" >&2; fail=1; }
   done
   [ $fail = 0 ] || exit 1
 }
@@ -63,7 +63,7 @@ check_requires() {
   for d in $(workspace); do
     while read -r path ver; do
       [ -n "$path" ] || continue
-      released | grep -qx "$path" || { echo "release: $d/go.mod requires $path, which is not released (not in $VERSIONS module-sets)" >&2; fail=1; }
+      released | grep -Fqx "$path" || { echo "release: $d/go.mod requires $path, which is not released (not in $VERSIONS module-sets)" >&2; fail=1; }
       [ "$ver" = "$want" ] || { echo "release: $d/go.mod requires $path $ver, want $want (fix: scripts/release.sh bump $want)" >&2; fail=1; }
     done < <(sibling_requires "$d/go.mod")
   done

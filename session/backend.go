@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/simba-go/simba/deadline"
 )
 
 // ID names one incarnation of a backend session: a random 128-bit value in
@@ -46,6 +48,17 @@ type OpenRequest struct {
 type Owner struct {
 	Identity string            `json:"identity"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// Check reports whether a backend may store o: the zero Owner (a direct
+// caller that says nothing) or one that deadline.ValidateOwner accepts,
+// whose error it returns. Backends check again what the engine checked,
+// since they may be called directly.
+func (o Owner) Check() error {
+	if o.Identity == "" && len(o.Metadata) == 0 {
+		return nil
+	}
+	return deadline.ValidateOwner(o.Identity, o.Metadata)
 }
 
 // Holder is a lease as an inspection sees it.

@@ -91,6 +91,24 @@ func (s *Session) Claim(name string, h ClaimHandler) (*Claim, error) {
 	return c, nil
 }
 
+// queue marks the claim for the next Acquire, and the session as having
+// one to send: pumpAcquire looks at the claims only then, so a renewal or
+// a reply with nothing queued does not walk every claim.
+func (c *Claim) queue() {
+	c.queued = true
+	c.s.anyQueued = true
+}
+
+// setHeld changes the claim's held lease; every change moves the
+// session's heldGen, which a renewal compares to know whether its owned
+// set can still match the terms term for term.
+func (c *Claim) setHeld(h *held) {
+	if h != nil || c.held != nil {
+		c.s.heldGen++
+	}
+	c.held = h
+}
+
 // SetOwner makes key (a group of claims, for instance) the owner of the
 // claim's callbacks and tasks for the self-wait rule
 // ([Session.WouldWaitForSelf]): a term's context then names key. By
@@ -133,7 +151,7 @@ func (c *Claim) Want(want bool) {
 		return
 	}
 	if c.held == nil && c.attempt == 0 {
-		c.queued = true
+		c.queue()
 		c.s.pumpAcquire()
 	}
 	c.s.armCandidate()
@@ -185,7 +203,7 @@ func (c *Claim) Revoke(reason term.RevokeReason) *term.Term {
 func (c *Claim) Release(reason term.RevokeReason, done func()) bool {
 	h := c.held
 	if h == nil || h.inc.over {
-		c.held = nil
+		c.setHeld(nil)
 		if h != nil {
 			c.s.revoke(c, h, reason)
 		}
@@ -194,7 +212,7 @@ func (c *Claim) Release(reason term.RevokeReason, done func()) bool {
 		}
 		return false
 	}
-	c.held = nil
+	c.setHeld(nil)
 	c.s.revoke(c, h, reason)
 	c.s.release(h.inc, Lease{Name: c.name, Token: h.token}, done)
 	if c.want {

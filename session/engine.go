@@ -80,7 +80,7 @@ func (s *Session) opened(sentAt time.Time, r OpenReply) error {
 	s.armDeadline(inc)
 	for _, c := range s.order {
 		if c.want {
-			c.queued = true
+			c.queue()
 		}
 	}
 	s.pumpAcquire()
@@ -165,6 +165,13 @@ func (s *Session) renewed(inc *incarnation, sentAt time.Time, sentSeq uint64, r 
 		// The backend's set moved on without a list: ask for it next time.
 		inc.version = 0
 		return
+	case inc.clean == (cleanMark{version: inc.version, heldGen: s.heldGen}):
+		// The owned set is the one last seen in full and no term began or
+		// ended since a check found it matched term for term: the check
+		// would find nothing. Skipping it keeps a renewal's cost flat
+		// with the number of leases.
+		s.pumpAcquire()
+		return
 	}
 	s.checkOwned(inc, sentSeq)
 	s.pumpAcquire()
@@ -174,19 +181,31 @@ func (s *Session) renewed(inc *incarnation, sentAt time.Time, sentSeq uint64, r 
 // releases leases the backend lists that no term holds (won by a reply
 // that never arrived).
 func (s *Session) checkOwned(inc *incarnation, sentSeq uint64) {
+	terms, matched := 0, 0 // the incarnation's terms, and those the owned set lists
 	for _, c := range s.order {
 		h := c.held
-		if h == nil || h.inc != inc || h.confirmed >= sentSeq {
+		if h == nil || h.inc != inc {
+			continue
+		}
+		terms++
+		if inc.owned[c.name] == h.token {
+			matched++
+			continue
+		}
+		if h.confirmed >= sentSeq {
 			continue // confirmed after the renewal left: the reply cannot know
 		}
-		if inc.owned[c.name] != h.token {
-			c.held = nil
-			s.revoke(c, h, term.TakenOver)
-			c.h.Lost(h.t, term.TakenOver)
-			if c.want {
-				c.queued = true
-			}
+		c.setHeld(nil)
+		s.revoke(c, h, term.TakenOver)
+		c.h.Lost(h.t, term.TakenOver)
+		if c.want {
+			c.queue()
 		}
+	}
+	if terms == matched && matched == len(inc.owned) {
+		// Term for term: no lease without a term to release.
+		inc.clean = cleanMark{version: inc.version, heldGen: s.heldGen}
+		return
 	}
 	names := make([]string, 0, len(inc.owned))
 	for name := range inc.owned {
@@ -264,7 +283,7 @@ func (s *Session) expire(inc *incarnation, reason term.RevokeReason) {
 			c.attempt = 0
 		}
 		if h := c.held; h != nil && h.inc == inc {
-			c.held = nil
+			c.setHeld(nil)
 			s.revoke(c, h, reason)
 			c.h.Lost(h.t, reason)
 		}
@@ -318,7 +337,7 @@ func (s *Session) armCandidate() {
 	s.after(&s.candidate, s.cfg.RetryDelay(s.env.Jitter()), func() {
 		for _, c := range s.order {
 			if c.want && c.held == nil && c.attempt == 0 {
-				c.queued = true
+				c.queue()
 			}
 		}
 		s.pumpAcquire()
@@ -330,9 +349,10 @@ func (s *Session) armCandidate() {
 // flight (its reply sends the next): batches form by themselves.
 func (s *Session) pumpAcquire() {
 	inc := s.inc
-	if s.acquiring || s.holdPump || inc == nil || inc.over || s.state != Live {
+	if s.acquiring || s.holdPump || inc == nil || inc.over || s.state != Live || !s.anyQueued {
 		return
 	}
+	s.anyQueued = false // every queued claim is looked at below
 	var names []string
 	s.seq++
 	attempt := s.seq
@@ -467,7 +487,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r A
 		s.tokens[res.Name] = res.Token
 		elected := Event{Kind: TermElected, Session: inc.id, Name: res.Name, Token: res.Token, ClaimKind: c.kind()}
 		t, revokeFn := term.New(s.termParent(c, elected), res.Name, res.Token, inc.life)
-		c.held = &held{t: t, revokeFn: revokeFn, token: res.Token, inc: inc, confirmed: confirmed}
+		c.setHeld(&held{t: t, revokeFn: revokeFn, token: res.Token, inc: inc, confirmed: confirmed})
 		s.emit(elected)
 		c.h.Won(t)
 	}
@@ -529,11 +549,11 @@ func (s *Session) notice(n Notice) {
 	if n.Name == "" {
 		for _, c := range s.order {
 			if c.want && c.held == nil {
-				c.queued = true
+				c.queue()
 			}
 		}
 	} else if c := s.claims[n.Name]; c != nil && c.want && c.held == nil {
-		c.queued = true
+		c.queue()
 	}
 	s.pumpAcquire()
 	s.mu.Unlock()

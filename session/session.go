@@ -55,6 +55,8 @@ type Session struct {
 	inc        *incarnation
 	renewEvery time.Duration
 	seq        uint64
+	anyQueued  bool   // some claim is queued (Claim.queue): pumpAcquire has work
+	heldGen    uint64 // moves whenever a claim's held lease changes (Claim.setHeld)
 	claims     map[string]*Claim
 	tokens     map[string]uint64 // highest token of any term made per name: a later term's must exceed it
 	order      []*Claim          // claims in registration order, for deterministic batches
@@ -83,11 +85,20 @@ type incarnation struct {
 	version   uint64            // owned-set version last seen in full; 0 asks for the list
 	owned     map[string]uint64 // owned set as of version
 	released  map[string]uint64 // highest token released per name
+	clean     cleanMark         // the last check that found owned and the terms matched term for term
 	shortened bool              // SessionLeaseShortened published
 	over      bool
 	renewing  bool
 	renew     timer
 	deadline  timer
+}
+
+// cleanMark is the owned-set version and heldGen at which checkOwned last
+// found every owned lease held by a term with its token and every term's
+// lease owned. Version 0 is never a backend's, so the zero mark matches
+// nothing.
+type cleanMark struct {
+	version, heldGen uint64
 }
 
 type pendingRelease struct {
@@ -252,7 +263,7 @@ func (s *Session) Close() error {
 		c.want = false
 		c.attempt = 0
 		if h := c.held; h != nil {
-			c.held = nil
+			c.setHeld(nil)
 			s.revoke(c, h, term.Stopped)
 			c.h.Lost(h.t, term.Stopped)
 		}

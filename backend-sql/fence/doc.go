@@ -1,5 +1,5 @@
 // Package fence guards a user's own writes with a term's fencing token, in
-// the user's own transaction (design-notes §6).
+// the user's own transaction (docs/design.md §6).
 //
 // A node paused right after checking its term can still write after the
 // term ended and another node won the next one. The resource stops it: a

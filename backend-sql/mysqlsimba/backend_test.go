@@ -31,7 +31,7 @@ func TestSchemaValidatesPrefix(t *testing.T) {
 		t.Error("Schema accepted an invalid prefix")
 	}
 	s, err := mysqlsimba.Schema("app")
-	if err != nil || len(s) != 7 || !strings.Contains(s[0], "app_sessions") {
+	if err != nil || len(s) != 11 || !strings.Contains(s[0], "app_sessions") {
 		t.Errorf("Schema(app) = %d statements, %v", len(s), err)
 	}
 }

@@ -72,12 +72,12 @@ func newBackend(t testing.TB, db *sql.DB, prefix string) *mysqlsimba.Backend {
 func dropSchema(t testing.TB, db *sql.DB, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, s := range []string{"open_v1", "renew_v1", "acquire_v1", "release_v1", "close_v1"} {
+	for _, s := range []string{"open_v1", "open_v2", "renew_v1", "acquire_v1", "release_v1", "close_v1"} {
 		if _, err := db.ExecContext(ctx, "DROP PROCEDURE IF EXISTS "+prefix+"_"+s); err != nil {
 			t.Errorf("drop %s_%s: %v", prefix, s, err)
 		}
 	}
-	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+prefix+"_sessions, "+prefix+"_leases"); err != nil {
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+prefix+"_sessions, "+prefix+"_leases, "+prefix+"_schema"); err != nil {
 		t.Errorf("drop tables %s: %v", prefix, err)
 	}
 }

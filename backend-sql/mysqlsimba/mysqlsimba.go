@@ -5,8 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -36,19 +38,30 @@ func WithoutSchemaCreation() Option { return func(c *config) { c.createSchema = 
 // releases: candidates find free leases by polling, as the specification
 // says for SQL. It is safe for concurrent use and may serve many sessions.
 type Backend struct {
-	core   core.Backend
-	db     *sql.DB
-	prefix string
-	stmts  statements
+	core         core.Backend
+	db           *sql.DB
+	prefix       string
+	createSchema bool
+	q            queries
+
+	mu    sync.Mutex // guards stmts while they are prepared or closed
+	stmts statements // prepared by the first call (core.Backend.Ready)
+	shut  bool       // Shutdown has closed stmts; guarded by mu
 }
 
-var _ session.Backend = (*Backend)(nil)
+var (
+	_ session.Backend   = (*Backend)(nil)
+	_ session.Inspector = (*Backend)(nil)
+)
 
 // New returns a backend on the user's database handle (opened with
 // go-sql-driver/mysql). Unless [WithoutSchemaCreation] is given it creates
-// the namespace's tables and procedures if they are missing, which is safe
-// when many processes start at once. It prepares its five calls; release
-// them with [Backend.Shutdown]. The handle stays the caller's.
+// the namespace's tables and procedures if they are missing, or migrates
+// them to the schema version this code needs, which is safe when many
+// processes start at once. With WithoutSchemaCreation it does not touch the
+// database: the first call checks the schema version. The first call also
+// prepares the backend's statements; release them with
+// [Backend.Shutdown]. The handle stays the caller's.
 //
 // It needs MariaDB 10.1.3 or MySQL 8.0.29 or later (CREATE PROCEDURE IF
 // NOT EXISTS), InnoDB, and the privileges to create tables and routines
@@ -64,25 +77,105 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Backend, error) {
 	if err := sqlbackend.ValidatePrefix(c.prefix); err != nil {
 		return nil, fmt.Errorf("mysqlsimba: %w", err)
 	}
-	b := &Backend{db: db, prefix: c.prefix}
-	b.core = core.Backend{Store: store{b}, Label: "mysqlsimba", Retryable: deadlocked}
+	q, err := newQueries(c.prefix)
+	if err != nil {
+		return nil, fmt.Errorf("mysqlsimba: %w", err)
+	}
+	b := &Backend{db: db, prefix: c.prefix, createSchema: c.createSchema, q: q}
+	b.core = core.Backend{Store: store{b}, Label: "mysqlsimba", Retryable: deadlocked, Ready: b.ready}
 	if c.createSchema {
-		if err := b.createSchema(ctx); err != nil {
+		if err := b.installSchema(ctx); err != nil {
 			return nil, err
 		}
-	}
-	if err := b.stmts.prepare(ctx, db, c.prefix); err != nil {
-		return nil, fmt.Errorf("mysqlsimba: prepare: %w", err)
 	}
 	return b, nil
 }
 
+// ready runs before the first call: it checks the schema version (when New
+// did not) and prepares the statements.
+func (b *Backend) ready(ctx context.Context) error {
+	if !b.createSchema {
+		if err := b.checkSchema(ctx); err != nil {
+			return err
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.shut {
+		return session.ErrClosed
+	}
+	if err := b.stmts.prepare(ctx, b.db, b.q); err != nil {
+		return fmt.Errorf("prepare: %w", err)
+	}
+	return nil
+}
+
+// queries are the texts of every call, the prefix expanded.
+type queries struct {
+	open, renew, acquire, release, closeID string
+	inspect, version                       string
+}
+
+// inspectSQL lists live holders; the condition on l.name is appended.
+// UTC_TIMESTAMP(6) is read once per statement.
+const inspectSQL = `SELECT l.name, l.token, l.session_id, COALESCE(s.owner, ''),
+       GREATEST(1, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), s.expires_at))
+  FROM {p}_leases l JOIN {p}_sessions s ON s.id = l.session_id
+ WHERE l.held = 1 AND s.expires_at > UTC_TIMESTAMP(6) AND `
+
+func newQueries(prefix string) (queries, error) {
+	var q queries
+	for _, p := range []struct {
+		dst  *string
+		text string
+	}{
+		{&q.open, "CALL {p}_open_v2(?, ?, ?)"},
+		{&q.renew, "CALL {p}_renew_v1(?, ?)"},
+		{&q.acquire, "CALL {p}_acquire_v1(?, ?)"},
+		{&q.release, "CALL {p}_release_v1(?, ?, ?)"},
+		{&q.closeID, "CALL {p}_close_v1(?)"},
+		{&q.inspect, inspectSQL},
+		{&q.version, "SELECT version, compatible_from FROM {p}_schema WHERE id = 1"},
+	} {
+		var err error
+		if *p.dst, err = core.Expand(p.text, prefix); err != nil {
+			return queries{}, err
+		}
+	}
+	return q, nil
+}
+
 // Schema returns the SQL statements that create the tables and procedures
-// of the namespace named by prefix, for users who run migrations
-// themselves (see [WithoutSchemaCreation]). Run them one by one.
-func Schema(prefix string) ([]string, error) {
-	out := make([]string, len(schema))
-	for i, s := range schema {
+// of the namespace named by prefix at the current schema version, for
+// users who run migrations themselves (see [WithoutSchemaCreation]). Run
+// them one by one, in order.
+func Schema(prefix string) ([]string, error) { return Migration(prefix, 0) }
+
+// Migration returns the SQL statements that bring the namespace named by
+// prefix from schema version from (0: nothing installed; 1: the first
+// releases, which recorded no version) to the version this code needs.
+// Run them one by one, in order; the version is recorded by the last.
+// Processes still running the older code keep working on the upgraded
+// schema; the backend refuses to run on an older one, naming this function.
+func Migration(prefix string, from int) ([]string, error) {
+	if from < 0 || from > core.SchemaVersion {
+		return nil, fmt.Errorf("mysqlsimba: no migration from schema version %d (this code has version %d)", from, core.SchemaVersion)
+	}
+	var src []string
+	if from == 0 {
+		src = append(src, schema...)
+		from = 1
+	}
+	for v := from; v < core.SchemaVersion; v++ {
+		src = append(src, migrations[v]...)
+	}
+	return expandAll(src, prefix)
+}
+
+// expandAll expands the prefix into each statement.
+func expandAll(src []string, prefix string) ([]string, error) {
+	out := make([]string, len(src))
+	for i, s := range src {
 		var err error
 		if out[i], err = core.Expand(strings.TrimSpace(s), prefix); err != nil {
 			return nil, err
@@ -91,11 +184,64 @@ func Schema(prefix string) ([]string, error) {
 	return out, nil
 }
 
-func (b *Backend) createSchema(ctx context.Context) (err error) {
-	stmts, err := Schema(b.prefix)
+// checkSchema refuses a namespace whose installed schema this code cannot
+// use, naming both versions and the migration.
+func (b *Backend) checkSchema(ctx context.Context) error {
+	in, err := b.installed(ctx, b.db)
 	if err != nil {
-		return fmt.Errorf("mysqlsimba: %w", err)
+		return fmt.Errorf("mysqlsimba: read schema version of %q: %w", b.prefix, err)
 	}
+	return core.CheckSchema("mysqlsimba", b.prefix, in, "mysqlsimba.Migration")
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// installed reads the namespace's schema version: from <p>_schema, or 1
+// if only the first schema's tables exist, or 0 if nothing does.
+func (b *Backend) installed(ctx context.Context, q querier) (core.Installed, error) {
+	var in core.Installed
+	var hasSchema, hasSessions bool
+	err := q.QueryRowContext(ctx, `SELECT
+	    EXISTS(SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?),
+	    EXISTS(SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?)`,
+		b.prefix+"_schema", b.prefix+"_sessions").Scan(&hasSchema, &hasSessions)
+	switch {
+	case err != nil:
+		return in, err
+	case hasSchema:
+		err = q.QueryRowContext(ctx, b.q.version).Scan(&in.Version, &in.CompatibleFrom)
+		if errors.Is(err, sql.ErrNoRows) {
+			err = fmt.Errorf("%w: table %s_schema is empty", core.ErrBadReply, b.prefix)
+		}
+		return in, err
+	case hasSessions:
+		return core.Installed{Version: 1, CompatibleFrom: 1}, nil
+	}
+	return in, nil
+}
+
+// ownerColumnAdded reports whether a migration to version 2 that failed
+// half way already added the owner column (MySQL has no ADD COLUMN IF NOT
+// EXISTS; MariaDB does).
+func (b *Backend) ownerColumnAdded(ctx context.Context, q querier) (bool, error) {
+	var n int
+	err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.columns
+	    WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'owner'`, b.prefix+"_sessions").Scan(&n)
+	return n > 0, err
+}
+
+// installSchema installs or migrates the namespace's schema under a named
+// lock, then checks the result.
+func (b *Backend) installSchema(ctx context.Context) error {
+	if err := b.migrate(ctx); err != nil {
+		return err
+	}
+	return b.checkSchema(ctx)
+}
+
+func (b *Backend) migrate(ctx context.Context) (err error) {
 	conn, err := b.db.Conn(ctx) // GET_LOCK belongs to one connection
 	if err != nil {
 		return fmt.Errorf("mysqlsimba: create schema: %w", err)
@@ -111,7 +257,23 @@ func (b *Backend) createSchema(ctx context.Context) (err error) {
 			err = fmt.Errorf("mysqlsimba: create schema %q: release lock: %w", b.prefix, rerr)
 		}
 	}()
+	in, err := b.installed(ctx, conn)
+	if err != nil || in.Version >= core.SchemaVersion {
+		return err
+	}
+	stmts, err := Migration(b.prefix, in.Version)
+	if err != nil {
+		return err
+	}
 	for _, s := range stmts {
+		if strings.HasPrefix(s, "ALTER TABLE "+b.prefix+"_sessions ADD COLUMN owner ") {
+			if done, err := b.ownerColumnAdded(ctx, conn); err != nil || done {
+				if err != nil {
+					return fmt.Errorf("mysqlsimba: create schema %q: %w", b.prefix, err)
+				}
+				continue
+			}
+		}
 		if _, err := conn.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("mysqlsimba: create schema %q: %w", b.prefix, err)
 		}
@@ -124,7 +286,18 @@ func (b *Backend) createSchema(ctx context.Context) (err error) {
 // session.ErrClosed.
 func (b *Backend) Shutdown() {
 	b.core.Shut()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.shut = true
 	b.stmts.closeAll()
+}
+
+// Inspect implements [session.Inspector] with one query: the held leases
+// of the names, or of the names starting with the prefix (a range on the
+// ascii_bin primary key, so no pattern), whose session has not expired by
+// the database clock.
+func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]session.Holder, error) {
+	return b.core.Inspect(ctx, req)
 }
 
 // Open implements [session.Backend]: a new session with a random 128-bit
@@ -160,24 +333,21 @@ type statements struct {
 	open, renew, acquire, release, closeID *sql.Stmt
 }
 
-func (s *statements) prepare(ctx context.Context, db *sql.DB, prefix string) error {
+func (s *statements) prepare(ctx context.Context, db *sql.DB, q queries) error {
 	for _, p := range []struct {
 		dst  **sql.Stmt
 		text string
 	}{
-		{&s.open, "CALL {p}_open_v1(?, ?)"},
-		{&s.renew, "CALL {p}_renew_v1(?, ?)"},
-		{&s.acquire, "CALL {p}_acquire_v1(?, ?)"},
-		{&s.release, "CALL {p}_release_v1(?, ?, ?)"},
-		{&s.closeID, "CALL {p}_close_v1(?)"},
+		{&s.open, q.open},
+		{&s.renew, q.renew},
+		{&s.acquire, q.acquire},
+		{&s.release, q.release},
+		{&s.closeID, q.closeID},
 	} {
-		text, err := core.Expand(p.text, prefix)
-		if err != nil {
-			return err
-		}
 		// A prepared statement makes each call one round trip (execute),
 		// not two (prepare, execute).
-		if *p.dst, err = db.PrepareContext(ctx, text); err != nil {
+		var err error
+		if *p.dst, err = db.PrepareContext(ctx, p.text); err != nil {
 			s.closeAll()
 			return err
 		}
@@ -191,15 +361,57 @@ func (s *statements) closeAll() {
 			st.Close()
 		}
 	}
+	*s = statements{}
 }
 
 // store is the MySQL [core.Store]: one procedure call per method.
 type store struct{ b *Backend }
 
-func (s store) Open(ctx context.Context, id string, leaseUS int64) (int64, error) {
+func (s store) Open(ctx context.Context, id string, leaseUS int64, owner string) (int64, error) {
 	var rem int64
-	err := s.b.stmts.open.QueryRowContext(ctx, id, leaseUS).Scan(&rem)
+	err := s.b.stmts.open.QueryRowContext(ctx, id, leaseUS, owner).Scan(&rem)
 	return rem, err
+}
+
+// inspectBatch bounds the names of one inspect query.
+const inspectBatch = 500
+
+func (s store) Inspect(ctx context.Context, names []string, prefix string) ([]core.HolderRow, error) {
+	if names == nil {
+		// Every name is below 0x7f ([A-Za-z0-9._:-]), so [prefix,
+		// prefix+0x7f) holds exactly the names starting with prefix.
+		return s.inspect(ctx, s.b.q.inspect+"l.name >= ? AND l.name < CONCAT(?, CHAR(127 USING ascii))", prefix, prefix)
+	}
+	var out []core.HolderRow
+	for batch := range slices.Chunk(names, inspectBatch) {
+		args := make([]any, len(batch))
+		for i, n := range batch {
+			args[i] = n
+		}
+		rows, err := s.inspect(ctx, s.b.q.inspect+"l.name IN (?"+strings.Repeat(", ?", len(batch)-1)+")", args...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows...)
+	}
+	return out, nil
+}
+
+func (s store) inspect(ctx context.Context, query string, args ...any) ([]core.HolderRow, error) {
+	rows, err := s.b.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []core.HolderRow
+	for rows.Next() {
+		var h core.HolderRow
+		if err := rows.Scan(&h.Name, &h.Token, &h.Session, &h.Owner, &h.RemainingUS); err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, rows.Err()
 }
 
 func (s store) Renew(ctx context.Context, id string, known uint64) (core.RenewResult, bool, error) {

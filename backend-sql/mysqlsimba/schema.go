@@ -22,6 +22,11 @@ package mysqlsimba
 // Each procedure runs its own READ COMMITTED transaction, so every read
 // sees the latest commit, like PostgreSQL's default. Procedures are
 // suffixed _v1 so that a later release can add _v2 beside them.
+//
+// schema is version 1, the first schema, which recorded no version; it is
+// never changed. Later versions are migrations (migrations[n] brings
+// version n to n+1), which add procedures beside the old ones and never
+// change an installed body (docs/adr/0081-sql-schema-versions.md).
 var schema = []string{`
 CREATE TABLE IF NOT EXISTS {p}_sessions (
     id         CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
@@ -227,4 +232,32 @@ BEGIN
     DELETE FROM {p}_sessions WHERE id = p_id;
     COMMIT;
 END`,
+}
+
+// migrations[n] brings a namespace from schema version n to n+1. MySQL's
+// DDL is not transactional, so each step is safe to run again after a
+// step failed half way (migrate skips a column that exists), and the
+// version is recorded last.
+var migrations = map[int][]string{
+	// 2: the sessions' owner (identity and metadata as JSON, NULL from
+	// version 1 procedures), <p>_open_v2 that stores it, and <p>_schema
+	// that records the version. Version 1 code keeps running on it.
+	1: {`
+ALTER TABLE {p}_sessions ADD COLUMN owner TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL`, `
+CREATE PROCEDURE IF NOT EXISTS {p}_open_v2(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_lease_us BIGINT, IN p_owner TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin)
+BEGIN
+    DECLARE v_exp DATETIME(6);
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    DELETE FROM {p}_sessions WHERE expires_at < UTC_TIMESTAMP(6) LIMIT 100;
+    SET v_exp = UTC_TIMESTAMP(6) + INTERVAL p_lease_us MICROSECOND;
+    INSERT INTO {p}_sessions (id, expires_at, lease_us, version, owner) VALUES (p_id, v_exp, p_lease_us, 1, NULLIF(p_owner, ''));
+    SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), v_exp) AS remaining_us;
+END`, `
+CREATE TABLE IF NOT EXISTS {p}_schema (
+    id              INT NOT NULL PRIMARY KEY,
+    version         INT NOT NULL,
+    compatible_from INT NOT NULL
+) ENGINE=InnoDB`, `
+INSERT INTO {p}_schema (id, version, compatible_from) VALUES (1, 2, 1)
+ON DUPLICATE KEY UPDATE version = VALUES(version), compatible_from = VALUES(compatible_from)`},
 }

@@ -177,8 +177,14 @@ func TestSubscriberMayStopAnother(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop1()
+	// Subscribe returned with LISTEN in effect, so a release reaches fn.
+	id := open(t, a, 10*time.Second)
+	tok := acquire(t, a, id, "q")
+	if err := a.Release(ctxT(t), session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: "q", Token: tok}}}); err != nil {
+		t.Fatal(err)
+	}
 	select {
-	case <-done: // the empty notice of LISTEN coming up reached fn
+	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("stopping another subscription from a notice did not return")
 	}

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/simba-go/simba/session"
 )
 
@@ -21,8 +19,10 @@ const (
 var errShutdown = errors.New("pgsimba: backend shut down")
 
 // Subscribe implements [session.Broadcaster]. The first subscriber starts
-// one dedicated connection (outside the pool) that LISTENs on [Channel];
-// the last stop closes it. Every release or close in the namespace is
+// one dedicated connection (taken from the pool and kept out of it) that
+// LISTENs on [Channel]; the last stop closes it. Subscribe waits until
+// LISTEN is in effect, at most [WithListenWait] (then candidates poll until
+// it is, and a warning is logged). Every release or close in the namespace is
 // delivered with its lease name. Each time the connection is
 // (re-)established, fn also gets an empty [session.Notice], because
 // notifications sent while nobody listened are lost: candidates then try
@@ -36,8 +36,8 @@ func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
 		return nil, errors.New("pgsimba: subscribe: nil function")
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.subs == nil {
+		b.mu.Unlock()
 		return nil, errShutdown
 	}
 	sub := &subscriber{fn: fn}
@@ -45,8 +45,21 @@ func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
 	b.next++
 	b.subs[id] = sub
 	if b.stop == nil {
-		b.stop = b.startListener()
+		b.stop, b.listening = b.startListener()
 	}
+	listening := b.listening
+	b.mu.Unlock()
+	// Wait, boundedly, for LISTEN to be in effect, so that a release after
+	// Subscribe returns is heard. If the database does not answer in time,
+	// the listener goes on trying and candidates poll meanwhile; its first
+	// success sends every subscriber an empty notice.
+	t := time.NewTimer(b.listenWait)
+	select {
+	case <-listening:
+	case <-t.C:
+		b.log.Warn("pgsimba: release notices not yet subscribed; candidates poll until they are", "waited", b.listenWait)
+	}
+	t.Stop()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -92,25 +105,42 @@ func (b *Backend) dispatch(n session.Notice) {
 	}
 }
 
-func (b *Backend) startListener() (stop func()) {
+// startListener starts the listening goroutine; listening is closed once
+// LISTEN is first in effect.
+func (b *Backend) startListener() (stop func(), listening chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	listening = make(chan struct{})
 	go func() {
 		defer close(done)
-		b.listen(ctx)
+		b.listen(ctx, sync.OnceFunc(func() { close(listening) }))
 	}()
 	return func() {
 		cancel()
 		<-done
-	}
+	}, listening
 }
 
-// listen keeps one LISTEN connection up until ctx ends.
-func (b *Backend) listen(ctx context.Context) {
+// listen keeps one LISTEN connection up until ctx ends. Failures are
+// logged, so that a listener that cannot work (candidates then only poll)
+// is seen: once when it starts failing, once when it works again.
+func (b *Backend) listen(ctx context.Context, listening func()) {
 	backoff := minListenBackoff
+	failing := false
 	for ctx.Err() == nil {
-		if b.listenOnce(ctx) {
+		ok, err := b.listenOnce(ctx, func() {
+			listening()
+			if failing {
+				failing = false
+				b.log.Info("pgsimba: release notices subscribed again")
+			}
+		})
+		if ok {
 			backoff = minListenBackoff // it worked for a while: retry quickly
+		}
+		if err != nil && ctx.Err() == nil && !failing {
+			failing = true
+			b.log.Warn("pgsimba: release notices lost; candidates poll until the listener reconnects", "err", err)
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -123,26 +153,32 @@ func (b *Backend) listen(ctx context.Context) {
 	}
 }
 
-// listenOnce connects, listens and delivers notices until the connection
-// fails or ctx ends. It reports whether LISTEN was established.
-func (b *Backend) listenOnce(ctx context.Context) bool {
-	conn, err := pgx.ConnectConfig(ctx, b.pool.Config().ConnConfig.Copy())
+// listenOnce takes a connection from the pool (so the pool's
+// BeforeConnect and AfterConnect hooks, where rotated passwords and IAM
+// tokens come from, apply to it), keeps it for itself (hijack: a LISTEN
+// connection must not go back to the pool), listens and delivers notices
+// until the connection fails or ctx ends. It reports whether LISTEN was
+// established, and why it stopped.
+func (b *Backend) listenOnce(ctx context.Context, established func()) (bool, error) {
+	pc, err := b.pool.Acquire(ctx)
 	if err != nil {
-		return false
+		return false, err
 	}
+	conn := pc.Hijack()
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
 	if _, err := conn.Exec(ctx, b.q.channel); err != nil {
-		return false
+		return false, err
 	}
+	established()
 	b.dispatch(session.Notice{}) // whatever was sent before now is lost
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return true
+			return true, err
 		}
 		b.dispatch(session.Notice{Name: n.Payload})
 	}

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -22,7 +25,17 @@ type Option func(*config)
 type config struct {
 	prefix       string
 	createSchema bool
+	log          *slog.Logger
+	listenWait   time.Duration
 }
+
+// WithLogger sets the logger of the release listener, which warns when
+// release notices are lost (candidates then poll). Default slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// WithListenWait bounds how long [Backend.Subscribe] waits for the
+// listener's LISTEN to be in effect (default 5s).
+func WithListenWait(d time.Duration) Option { return func(c *config) { c.listenWait = d } }
 
 // WithPrefix sets the table prefix, which names the namespace (default
 // [sqlbackend.DefaultPrefix]). It must pass [sqlbackend.ValidatePrefix];
@@ -41,16 +54,21 @@ type Backend struct {
 	ownPool bool
 	prefix  string
 	q       queries
+	log     *slog.Logger
+	// listenWait bounds Subscribe's wait for the listener.
+	listenWait time.Duration
 
-	mu   sync.Mutex
-	subs map[int]*subscriber // nil after Shutdown
-	next int
-	stop func() // stops the listener; nil when no subscriber
+	mu        sync.Mutex
+	subs      map[int]*subscriber // nil after Shutdown
+	next      int
+	stop      func()        // stops the listener; nil when no subscriber
+	listening chan struct{} // closed once the listener's LISTEN is in effect
 }
 
 var (
 	_ session.Backend     = (*Backend)(nil)
 	_ session.Broadcaster = (*Backend)(nil)
+	_ session.Inspector   = (*Backend)(nil)
 )
 
 // New returns a backend on the user's pool. Unless [WithoutSchemaCreation]
@@ -61,20 +79,26 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Backend, err
 	if pool == nil {
 		return nil, errors.New("pgsimba: nil pool")
 	}
-	c := config{prefix: sqlbackend.DefaultPrefix, createSchema: true}
+	c := config{prefix: sqlbackend.DefaultPrefix, createSchema: true, log: slog.Default(), listenWait: 5 * time.Second}
 	for _, o := range opts {
 		o(&c)
+	}
+	if c.log == nil || c.listenWait <= 0 {
+		return nil, fmt.Errorf("pgsimba: WithLogger(nil) or WithListenWait(%v): want a logger and a positive wait", c.listenWait)
 	}
 	q, err := newQueries(c.prefix)
 	if err != nil {
 		return nil, fmt.Errorf("pgsimba: %w", err)
 	}
-	b := &Backend{pool: pool, prefix: c.prefix, q: q, subs: map[int]*subscriber{}}
+	b := &Backend{pool: pool, prefix: c.prefix, q: q, log: c.log, listenWait: c.listenWait, subs: map[int]*subscriber{}}
 	b.core = core.Backend{Store: store{b}, Label: "pgsimba", Retryable: deadlocked}
 	if c.createSchema {
 		if err := b.createSchema(ctx); err != nil {
 			return nil, err
 		}
+	} else {
+		// Checked at the first call: New does not touch the database.
+		b.core.Ready = b.checkSchema
 	}
 	return b, nil
 }
@@ -96,35 +120,95 @@ func Connect(ctx context.Context, connString string, opts ...Option) (*Backend, 
 }
 
 // Schema returns the SQL that creates the tables and routines of the
-// namespace named by prefix, for users who run migrations themselves
-// (see [WithoutSchemaCreation]).
-func Schema(prefix string) (string, error) { return core.Expand(schema, prefix) }
+// namespace named by prefix at the current schema version, for users who
+// run migrations themselves (see [WithoutSchemaCreation]). Run it as one
+// script, in a transaction.
+func Schema(prefix string) (string, error) { return Migration(prefix, 0) }
+
+// Migration returns the SQL that brings the namespace named by prefix from
+// schema version from (0: nothing installed; 1: the first releases, which
+// recorded no version) to the version this code needs. Run it as one
+// script, in a transaction. Processes still running the older code keep
+// working on the upgraded schema; the backend refuses to start on an older
+// one, naming this function.
+func Migration(prefix string, from int) (string, error) {
+	if from < 0 || from > core.SchemaVersion {
+		return "", fmt.Errorf("pgsimba: no migration from schema version %d (this code has version %d)", from, core.SchemaVersion)
+	}
+	var sql strings.Builder
+	if from == 0 {
+		sql.WriteString(schema)
+		from = 1
+	}
+	for v := from; v < core.SchemaVersion; v++ {
+		sql.WriteString(migrations[v])
+	}
+	return core.Expand(sql.String(), prefix)
+}
 
 // Channel returns the LISTEN/NOTIFY channel on which releases in the
 // namespace named by prefix are announced; the payload is the lease name.
 func Channel(prefix string) (string, error) { return core.Expand("{p}_released", prefix) }
 
 func (b *Backend) createSchema(ctx context.Context) error {
-	ddl, err := Schema(b.prefix)
-	if err != nil {
-		return fmt.Errorf("pgsimba: %w", err)
-	}
 	h := fnv.New64a()
 	h.Write([]byte("simba-schema:" + b.prefix))
 	key := int64(h.Sum64())
-	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
+			return err
+		}
+		in, err := b.installed(ctx, tx)
+		if err != nil || in.Version >= core.SchemaVersion {
+			return err
+		}
+		ddl, err := Migration(b.prefix, in.Version)
+		if err != nil {
 			return err
 		}
 		// No arguments: pgx sends it with the simple protocol, which
 		// accepts several statements.
-		_, err := tx.Exec(ctx, ddl)
+		_, err = tx.Exec(ctx, ddl)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("pgsimba: create schema %q: %w", b.prefix, err)
 	}
-	return nil
+	return b.checkSchema(ctx)
+}
+
+// checkSchema refuses a namespace whose installed schema this code cannot
+// use, naming both versions and the migration.
+func (b *Backend) checkSchema(ctx context.Context) error {
+	in, err := b.installed(ctx, b.pool)
+	if err != nil {
+		return fmt.Errorf("pgsimba: read schema version of %q: %w", b.prefix, err)
+	}
+	return core.CheckSchema("pgsimba", b.prefix, in, "pgsimba.Migration")
+}
+
+// installed reads the namespace's schema version: from <p>_schema, or 1
+// if only the first schema's tables exist, or 0 if nothing does.
+func (b *Backend) installed(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (core.Installed, error) {
+	var in core.Installed
+	var hasSchema, hasSessions bool
+	err := q.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL",
+		b.prefix+"_schema", b.prefix+"_sessions").Scan(&hasSchema, &hasSessions)
+	switch {
+	case err != nil:
+		return in, err
+	case hasSchema:
+		err = q.QueryRow(ctx, b.q.version).Scan(&in.Version, &in.CompatibleFrom)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = fmt.Errorf("%w: table %s_schema is empty", core.ErrBadReply, b.prefix)
+		}
+		return in, err
+	case hasSessions:
+		return core.Installed{Version: 1, CompatibleFrom: 1}, nil
+	}
+	return in, nil
 }
 
 // Shutdown stops the LISTEN connection, if any, and closes the pool if
@@ -179,7 +263,16 @@ func (b *Backend) Close(ctx context.Context, id session.ID) error {
 
 type queries struct {
 	open, renew, acquire, release, close, channel string
+	version, inspectNames, inspectPrefix          string
 }
+
+// inspectSQL lists live holders; the WHERE clause is appended. One clock
+// reading serves the whole statement.
+const inspectSQL = `WITH n AS (SELECT clock_timestamp() AS t)
+SELECT l.name, l.token, l.session_id, coalesce(s.owner, ''),
+       greatest(1, (extract(epoch FROM s.expires_at - n.t) * 1000000)::bigint)
+  FROM n, {p}_leases l JOIN {p}_sessions s ON s.id = l.session_id
+ WHERE l.held AND s.expires_at > n.t AND `
 
 func newQueries(prefix string) (queries, error) {
 	var q queries
@@ -188,7 +281,11 @@ func newQueries(prefix string) (queries, error) {
 		dst  *string
 		text string
 	}{
-		{&q.open, "SELECT {p}_open_v1($1, $2)"},
+		{&q.open, "SELECT {p}_open_v2($1, $2, $3)"},
+		{&q.version, "SELECT version, compatible_from FROM {p}_schema WHERE id = 1"},
+		{&q.inspectNames, inspectSQL + "l.name = ANY($1)"},
+		// A literal prefix: no LIKE, whose _ would be a wildcard.
+		{&q.inspectPrefix, inspectSQL + "left(l.name, length($1)) = $1"},
 		{&q.renew, "SELECT r_remaining_us, r_version, r_name, r_token FROM {p}_renew_v1($1, $2)"},
 		{&q.acquire, "SELECT r_name, r_token FROM {p}_acquire_v1($1, $2)"},
 		{&q.release, "SELECT {p}_release_v1($1, $2, $3)"},
@@ -205,10 +302,33 @@ func newQueries(prefix string) (queries, error) {
 // store is the PostgreSQL [core.Store]: one routine call per method.
 type store struct{ b *Backend }
 
-func (s store) Open(ctx context.Context, id string, leaseUS int64) (int64, error) {
+func (s store) Open(ctx context.Context, id string, leaseUS int64, owner string) (int64, error) {
 	var rem int64
-	err := s.b.pool.QueryRow(ctx, s.b.q.open, id, leaseUS).Scan(&rem)
+	err := s.b.pool.QueryRow(ctx, s.b.q.open, id, leaseUS, owner).Scan(&rem)
 	return rem, err
+}
+
+func (s store) Inspect(ctx context.Context, names []string, prefix string) ([]core.HolderRow, error) {
+	q, arg := s.b.q.inspectPrefix, any(prefix)
+	if names != nil {
+		q, arg = s.b.q.inspectNames, names
+	}
+	rows, err := s.b.pool.Query(ctx, q, arg)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (core.HolderRow, error) {
+		var h core.HolderRow
+		err := r.Scan(&h.Name, &h.Token, &h.Session, &h.Owner, &h.RemainingUS)
+		return h, err
+	})
+}
+
+// Inspect implements [session.Inspector] with one query: the held leases
+// of the names, or of the names starting with the prefix (compared
+// literally), whose session has not expired by the database clock.
+func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]session.Holder, error) {
+	return b.core.Inspect(ctx, req)
 }
 
 func (s store) Renew(ctx context.Context, id string, known uint64) (core.RenewResult, bool, error) {

@@ -10,6 +10,11 @@ package pgsimba
 // call, never now(), which is frozen at the start of the transaction.
 // Routines are suffixed _v1 so that a later release can add _v2 next to
 // them while older processes still run.
+//
+// schema is version 1, the first schema, which recorded no version; it is
+// never changed. Later versions are migrations (migrations[n] brings
+// version n to n+1), which add routines beside the old ones and never
+// change an installed body (docs/adr/0081-sql-schema-versions.md).
 const schema = `
 CREATE TABLE IF NOT EXISTS {p}_sessions (
     id         text        PRIMARY KEY,
@@ -206,3 +211,37 @@ BEGIN
     RETURN v_n;
 END $$;
 `
+
+// migrations[n] brings a namespace from schema version n to n+1, in one
+// transaction (PostgreSQL's DDL is transactional).
+var migrations = map[int]string{
+	// 2: the sessions' owner (identity and metadata as JSON, NULL from
+	// version 1 routines), <p>_open_v2 that stores it, and <p>_schema
+	// that records the version. Version 1 code keeps running on it.
+	1: `
+ALTER TABLE {p}_sessions ADD COLUMN IF NOT EXISTS owner text;
+
+CREATE OR REPLACE FUNCTION {p}_open_v2(p_id text, p_lease_us bigint, p_owner text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_exp timestamptz;
+BEGIN
+    DELETE FROM {p}_sessions s WHERE s.id IN (
+        SELECT g.id FROM {p}_sessions g WHERE g.expires_at < clock_timestamp()
+        LIMIT 100 FOR UPDATE SKIP LOCKED);
+    INSERT INTO {p}_sessions AS s (id, expires_at, lease, version, owner)
+    VALUES (p_id, clock_timestamp() + p_lease_us * interval '1 microsecond',
+            p_lease_us * interval '1 microsecond', 1, nullif(p_owner, ''))
+    RETURNING s.expires_at INTO v_exp;
+    RETURN (extract(epoch FROM v_exp - clock_timestamp()) * 1000000)::bigint;
+END $$;
+
+CREATE TABLE IF NOT EXISTS {p}_schema (
+    id              integer PRIMARY KEY CHECK (id = 1),
+    version         integer NOT NULL,
+    compatible_from integer NOT NULL
+);
+INSERT INTO {p}_schema (id, version, compatible_from) VALUES (1, 2, 1)
+ON CONFLICT (id) DO UPDATE SET version = excluded.version, compatible_from = excluded.compatible_from;
+`,
+}

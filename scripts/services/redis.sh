@@ -39,6 +39,12 @@ redis_cluster_start() {
     # Not there or broken: start from scratch (the data is test data).
     redis_cluster_stop
     for p in "${REDIS_CLUSTER_PORTS[@]}"; do
+      if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+        echo "services: 127.0.0.1:$p is taken by a server this checkout did not start (another checkout's Redis Cluster, not healthy?); stop it and run again" >&2
+        return 1
+      fi
+    done
+    for p in "${REDIS_CLUSTER_PORTS[@]}"; do
       rm -rf "${dir:?}/$p"; mkdir -p "$dir/$p"
       redis-server --daemonize yes --bind 127.0.0.1 --port "$p" --cluster-enabled yes \
         --cluster-config-file "$dir/$p/nodes.conf" --cluster-node-timeout 5000 \
@@ -54,13 +60,16 @@ redis_cluster_start() {
   setenv SIMBA_REDIS_CLUSTER_ADDRS "$(IFS=,; echo "${addrs[*]}")"
 }
 
+# redis_cluster_stop: shuts down the cluster nodes this checkout started
+# (their pid is in our pid file); another checkout's cluster on the same
+# ports is left alone.
 redis_cluster_stop() {
-  local p
+  local dir=$STATE/redis-cluster p i pid
   for p in "${REDIS_CLUSTER_PORTS[@]}"; do
+    pid=$(cat "$dir/$p/redis.pid" 2>/dev/null) || continue
+    [ "$(redis-cli -h 127.0.0.1 -p "$p" info server 2>/dev/null | tr -d '\r' | sed -n 's/^process_id://p')" = "$pid" ] || continue
     redis-cli -h 127.0.0.1 -p "$p" shutdown nosave >/dev/null 2>&1 || true
-  done
-  for p in "${REDIS_CLUSTER_PORTS[@]}"; do
-    for ((i = 0; i < 100; i++)); do (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || break; sleep 0.1; done
+    for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   done
 }
 

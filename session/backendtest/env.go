@@ -102,7 +102,13 @@ func (e *env) open() *sess {
 // session when the test ends.
 func (e *env) openOn(b session.Backend) *sess {
 	e.t.Helper()
-	reply, err := b.Open(e.ctx(), session.OpenRequest{LeaseDuration: e.cfg.Lease})
+	return e.openAs(b, session.Owner{})
+}
+
+// openAs is openOn for a session that says who opened it.
+func (e *env) openAs(b session.Backend, owner session.Owner) *sess {
+	e.t.Helper()
+	reply, err := b.Open(e.ctx(), session.OpenRequest{LeaseDuration: e.cfg.Lease, Owner: owner})
 	if err != nil {
 		e.t.Fatalf("Open(lease %v): %v", e.cfg.Lease, err)
 	}

@@ -74,7 +74,7 @@ var brokenBackends = []struct {
 	{
 		name: "ExpiresLate", // the backend's clock runs at half speed
 		cfg:  func() backendtest.Config { return memoryConfig(nil, memory.WithClock(halfSpeed{start: time.Now()})) },
-		want: []string{"ExpiredSessionStaysExpired", "TakeoverAfterExpiry"},
+		want: []string{"ExpiredSessionStaysExpired", "InspectSkipsExpiredHolders", "TakeoverAfterExpiry"},
 	},
 	{
 		name: "ReleaseIgnoresToken",
@@ -109,7 +109,7 @@ var brokenBackends = []struct {
 		cfg: func() backendtest.Config {
 			return memoryConfig(func(b *memory.Backend) session.Backend { return closeNoop{b} })
 		},
-		want: []string{"BroadcastOnRelease", "CloseReleasesEverything", "ContextHonoured", "TokensStrictlyIncrease"},
+		want: []string{"BroadcastOnRelease", "CloseReleasesEverything", "ContextHonoured", "InspectListsHolders", "TokensStrictlyIncrease"},
 	},
 	{
 		name: "RevivesExpiredSessions",
@@ -131,6 +131,20 @@ var brokenBackends = []struct {
 			return memoryConfig(func(b *memory.Backend) session.Backend { return silent{b} })
 		},
 		want: []string{"BroadcastOnRelease"},
+	},
+	{
+		name: "InspectPrefixAsPattern",
+		cfg: func() backendtest.Config {
+			return memoryConfig(func(b *memory.Backend) session.Backend { return likePrefix{b} })
+		},
+		want: []string{"InspectListsHolders"},
+	},
+	{
+		name: "OwnerNotValidated",
+		cfg: func() backendtest.Config {
+			return memoryConfig(func(b *memory.Backend) session.Backend { return noOwnerCheck{b} })
+		},
+		want: []string{"InspectRejectsInvalidInput"},
 	},
 }
 
@@ -168,6 +182,46 @@ func TestKitCatchesBrokenBackends(t *testing.T) {
 			}
 		})
 	}
+}
+
+// likePrefix matches an inspection prefix as SQL LIKE would without
+// escaping: "_" stands for any one character.
+type likePrefix struct{ *memory.Backend }
+
+func (b likePrefix) Inspect(ctx context.Context, req session.InspectRequest) ([]session.Holder, error) {
+	if len(req.Names) > 0 || req.Prefix == "" {
+		return b.Backend.Inspect(ctx, req)
+	}
+	if _, err := b.Backend.Inspect(ctx, req); err != nil {
+		return nil, err
+	}
+	all, err := b.Backend.Inspect(ctx, session.InspectRequest{})
+	var out []session.Holder
+	for _, h := range all {
+		if len(h.Name) >= len(req.Prefix) && likeMatch(h.Name[:len(req.Prefix)], req.Prefix) {
+			out = append(out, h)
+		}
+	}
+	return out, err
+}
+
+func likeMatch(s, pattern string) bool {
+	for i := range pattern {
+		if pattern[i] != '_' && pattern[i] != s[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// noOwnerCheck opens sessions for invalid owners (storing none).
+type noOwnerCheck struct{ *memory.Backend }
+
+func (b noOwnerCheck) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+	if deadline.ValidateOwner(req.Owner.Identity, req.Owner.Metadata) != nil {
+		req.Owner = session.Owner{}
+	}
+	return b.Backend.Open(ctx, req)
 }
 
 // halfSpeed is a clock running at half the real rate.

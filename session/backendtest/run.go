@@ -6,7 +6,7 @@ import (
 )
 
 // cases are the Promises subtests, in the order they run.
-var cases = slices.Concat(sessionCases, leaseCases, broadcastCases)
+var cases = slices.Concat(sessionCases, leaseCases, broadcastCases, inspectCases)
 
 // testCase is one promise and the subtest that checks it.
 type testCase struct {

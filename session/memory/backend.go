@@ -77,6 +77,9 @@ func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.Op
 	if req.LeaseDuration <= 0 {
 		return session.OpenReply{}, errorf(ErrInvalidLease, "open: lease %v must be positive", req.LeaseDuration)
 	}
+	if err := req.Owner.Check(); err != nil {
+		return session.OpenReply{}, fmt.Errorf("memory: open: %w", err)
+	}
 	reply, freed, err := b.s.open(req.LeaseDuration, req.Owner)
 	b.s.notify(freed)
 	if err != nil {

@@ -8,10 +8,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -67,7 +69,9 @@ type RenewResult struct {
 // that is one statement and one round trip; ok is false when the session
 // has expired or is unknown.
 type Store interface {
-	Open(ctx context.Context, id string, leaseUS int64) (remainingUS int64, err error)
+	// Open stores the session with its owner encoded by [EncodeOwner] ("":
+	// none).
+	Open(ctx context.Context, id string, leaseUS int64, owner string) (remainingUS int64, err error)
 	Renew(ctx context.Context, id string, known uint64) (r RenewResult, ok bool, err error)
 	// Acquire gets names sorted and without duplicates (so that concurrent
 	// calls lock lease rows in one order) and answers one token per name,
@@ -76,6 +80,19 @@ type Store interface {
 	// Release gets leases sorted by name.
 	Release(ctx context.Context, id string, leases []session.Lease) error
 	Close(ctx context.Context, id string) error
+	// Inspect lists the held leases whose session is alive: those named in
+	// names (sorted, no duplicates), or when names is nil those starting
+	// with prefix ("" for all). It takes prefix literally.
+	Inspect(ctx context.Context, names []string, prefix string) ([]HolderRow, error)
+}
+
+// HolderRow is a live holder as a [Store] reads it.
+type HolderRow struct {
+	Name        string
+	Token       int64
+	Session     string
+	Owner       string // as [EncodeOwner] made it; "" for none
+	RemainingUS int64
 }
 
 // Backend implements [session.Backend] over a [Store].
@@ -87,7 +104,14 @@ type Backend struct {
 	// transaction back and it may simply run again: a deadlock victim.
 	// Optional.
 	Retryable func(error) bool
-	shut      atomic.Bool
+	// Ready, if not nil, runs before the first call (and again before each
+	// call until it has succeeded once): the lazy preparation and schema
+	// check of a backend built without touching the database.
+	Ready func(ctx context.Context) error
+
+	shut    atomic.Bool
+	readyMu sync.Mutex
+	readyOK atomic.Bool
 }
 
 // maxAttempts bounds the runs of one call that keeps losing deadlocks.
@@ -108,11 +132,24 @@ func (b *Backend) retry(ctx context.Context, f func() error) error {
 // Shut makes every later call fail with [session.ErrClosed].
 func (b *Backend) Shut() { b.shut.Store(true) }
 
-// closed reports the error for a call after Shut, or nil.
-func (b *Backend) closed(op string) error {
+// closed reports the error for a call after Shut, or nil; before the
+// first call it runs Ready.
+func (b *Backend) closed(ctx context.Context, op string) error {
 	if b.shut.Load() {
 		return fmt.Errorf("%s: %s: backend shut down: %w", b.Label, op, session.ErrClosed)
 	}
+	if b.Ready == nil || b.readyOK.Load() {
+		return nil
+	}
+	b.readyMu.Lock()
+	defer b.readyMu.Unlock()
+	if b.readyOK.Load() {
+		return nil
+	}
+	if err := b.Ready(ctx); err != nil {
+		return b.wrap(op, err)
+	}
+	b.readyOK.Store(true)
 	return nil
 }
 
@@ -126,11 +163,15 @@ func (b *Backend) expired(op string, id session.ID) error {
 
 // Open implements [session.Backend].
 func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
-	if err := b.closed("open"); err != nil {
+	if err := b.closed(ctx, "open"); err != nil {
 		return session.OpenReply{}, err
 	}
 	if req.LeaseDuration < time.Millisecond {
 		return session.OpenReply{}, b.wrap("open", fmt.Errorf("lease duration %v is shorter than 1ms", req.LeaseDuration))
+	}
+	owner, err := EncodeOwner(req.Owner)
+	if err != nil {
+		return session.OpenReply{}, b.wrap("open", err)
 	}
 	id, err := NewID()
 	if err != nil {
@@ -138,7 +179,7 @@ func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.Op
 	}
 	var rem int64
 	err = b.retry(ctx, func() (err error) {
-		rem, err = b.Store.Open(ctx, string(id), req.LeaseDuration.Microseconds())
+		rem, err = b.Store.Open(ctx, string(id), req.LeaseDuration.Microseconds(), owner)
 		return err
 	})
 	if err != nil {
@@ -149,7 +190,7 @@ func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.Op
 
 // Renew implements [session.Backend].
 func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
-	if err := b.closed("renew"); err != nil {
+	if err := b.closed(ctx, "renew"); err != nil {
 		return session.RenewReply{}, err
 	}
 	if !wellFormed(req.ID) {
@@ -183,7 +224,7 @@ func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.
 
 // Acquire implements [session.Backend].
 func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
-	if err := b.closed("acquire"); err != nil {
+	if err := b.closed(ctx, "acquire"); err != nil {
 		return session.AcquireReply{}, err
 	}
 	if !wellFormed(req.ID) {
@@ -231,7 +272,7 @@ func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (sess
 
 // Release implements [session.Backend].
 func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error {
-	if err := b.closed("release"); err != nil {
+	if err := b.closed(ctx, "release"); err != nil {
 		return err
 	}
 	if len(req.Leases) == 0 || !wellFormed(req.ID) {
@@ -258,7 +299,7 @@ func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error
 
 // Close implements [session.Backend].
 func (b *Backend) Close(ctx context.Context, id session.ID) error {
-	if err := b.closed("close"); err != nil {
+	if err := b.closed(ctx, "close"); err != nil {
 		return err
 	}
 	if !wellFormed(id) {
@@ -283,3 +324,61 @@ func compareUint(a, b uint64) int {
 // ErrBadReply is wrapped when a stored routine answers something this code
 // does not expect, for example after someone changed the schema by hand.
 var ErrBadReply = errors.New("unexpected reply from the database")
+
+// EncodeOwner checks an owner and encodes it for the sessions table; the
+// zero Owner (a direct caller that says nothing) as "".
+func EncodeOwner(o session.Owner) (string, error) {
+	if err := o.Check(); err != nil || o.Identity == "" {
+		return "", err
+	}
+	js, err := json.Marshal(o)
+	return string(js), err
+}
+
+// Inspect implements [session.Inspector].
+func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]session.Holder, error) {
+	if err := b.closed(ctx, "inspect"); err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, n := range req.Names {
+		if err := deadline.ValidateName(n); err != nil {
+			return nil, b.wrap("inspect", err)
+		}
+		names = append(names, n)
+	}
+	if len(names) == 0 && req.Prefix != "" {
+		if err := deadline.ValidateName(req.Prefix); err != nil {
+			return nil, b.wrap("inspect prefix", err)
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	var rows []HolderRow
+	err := b.retry(ctx, func() (err error) {
+		rows, err = b.Store.Inspect(ctx, names, req.Prefix)
+		return err
+	})
+	if err != nil {
+		return nil, b.wrap("inspect", err)
+	}
+	out := make([]session.Holder, 0, len(rows))
+	for _, r := range rows {
+		if r.Token <= 0 || !wellFormed(session.ID(r.Session)) {
+			return nil, b.wrap("inspect", fmt.Errorf("%w: holder of %q: token %d, session %q", ErrBadReply, r.Name, r.Token, r.Session))
+		}
+		h := session.Holder{
+			Name: r.Name, Token: uint64(r.Token), Session: session.ID(r.Session),
+			Remaining: time.Duration(r.RemainingUS) * time.Microsecond,
+		}
+		if r.Owner != "" {
+			if err := json.Unmarshal([]byte(r.Owner), &h.Owner); err != nil {
+				return nil, b.wrap("inspect", fmt.Errorf("%w: owner of session %s: %w", ErrBadReply, r.Session, err))
+			}
+		}
+		out = append(out, h)
+	}
+	// Sorted here, by bytes: the database's collation may order otherwise.
+	slices.SortFunc(out, func(x, y session.Holder) int { return strings.Compare(x.Name, y.Name) })
+	return out, nil
+}

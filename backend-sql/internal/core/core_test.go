@@ -70,7 +70,10 @@ type fakeStore struct {
 
 var errDeadlock = errors.New("deadlock")
 
-func (f *fakeStore) Open(context.Context, string, int64) (int64, error) { return 1000, nil }
+func (f *fakeStore) Open(context.Context, string, int64, string) (int64, error) { return 1000, nil }
+func (f *fakeStore) Inspect(context.Context, []string, string) ([]HolderRow, error) {
+	return nil, nil
+}
 func (f *fakeStore) Renew(context.Context, string, uint64) (RenewResult, bool, error) {
 	return RenewResult{}, false, nil
 }

@@ -1,0 +1,138 @@
+package redisbackend
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/session"
+)
+
+var _ session.Inspector = (*Backend)(nil)
+
+// inspectBatch bounds the names one inspect script reads, so that a prefix
+// matching many names never blocks the server for long in one script.
+const inspectBatch = 500
+
+// encodeOwner checks an owner and encodes it for the session hash; the
+// zero Owner as "".
+func encodeOwner(o session.Owner) (string, error) {
+	if err := o.Check(); err != nil || o.Identity == "" {
+		return "", err
+	}
+	js, err := json.Marshal(o)
+	return string(js), err
+}
+
+// Inspect implements [session.Inspector]: one read-only script per batch of
+// names reads each lease and its owner's session, so a holder is listed
+// only while its session key lives (its PTTL, on the Redis clock, is
+// Remaining). A prefix is looked up in the namespace's name index, a
+// sorted set read by ZRANGEBYLEX, never by scanning the server's keyspace
+// (docs/adr/0080-inspection.md).
+func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]session.Holder, error) {
+	names := slices.Clone(req.Names)
+	for _, n := range names {
+		if err := deadline.ValidateName(n); err != nil {
+			return nil, fmt.Errorf("redisbackend: inspect: %w", err)
+		}
+	}
+	if len(names) == 0 {
+		if req.Prefix != "" {
+			if err := deadline.ValidateName(req.Prefix); err != nil {
+				return nil, fmt.Errorf("redisbackend: inspect prefix: %w", err)
+			}
+		}
+		var err error
+		if names, err = b.indexed(ctx, req.Prefix); err != nil {
+			return nil, fmt.Errorf("redisbackend: inspect: %w", err)
+		}
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	var out []session.Holder
+	for batch := range slices.Chunk(names, inspectBatch) {
+		hs, err := b.inspect(ctx, batch)
+		if err != nil {
+			return nil, fmt.Errorf("redisbackend: inspect: %w", err)
+		}
+		out = append(out, hs...)
+	}
+	return out, nil
+}
+
+// indexed lists the indexed names starting with prefix, in byte order. A
+// name is at most 128 bytes of [A-Za-z0-9._:-], all below 0x7f, so
+// [prefix, prefix+"\x7f") holds exactly the names starting with it.
+func (b *Backend) indexed(ctx context.Context, prefix string) ([]string, error) {
+	lo, hi := "-", "+"
+	if prefix != "" {
+		lo, hi = "["+prefix, "("+prefix+"\x7f"
+	}
+	var out []string
+	for {
+		page, err := b.rdb.ZRangeByLex(ctx, b.keys.names, &redis.ZRangeBy{
+			Min: lo, Max: hi, Count: inspectBatch,
+		}).Result()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < inspectBatch {
+			return out, nil
+		}
+		lo = "(" + page[len(page)-1]
+	}
+}
+
+func (b *Backend) inspect(ctx context.Context, names []string) ([]session.Holder, error) {
+	ks := make([]string, len(names))
+	args := make([]any, 1, len(names)+1)
+	args[0] = b.keys.session
+	for i, n := range names {
+		ks[i] = b.keys.lease + n
+		args = append(args, n)
+	}
+	res, err := inspectScript.Run(ctx, b.rdb, ks, args...).Slice()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]session.Holder, 0, len(res))
+	for _, r := range res {
+		h, err := parseHolder(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// parseHolder decodes one {name, token, session id, owner JSON, PTTL}.
+func parseHolder(r any) (session.Holder, error) {
+	f, ok := r.([]any)
+	if !ok || len(f) != 5 {
+		return session.Holder{}, fmt.Errorf("unexpected holder %T %v", r, r)
+	}
+	name, _ := f[0].(string)
+	ts, _ := f[1].(string)
+	sid, _ := f[2].(string)
+	js, _ := f[3].(string)
+	ttl, _ := f[4].(int64)
+	tok, err := strconv.ParseUint(ts, 10, 64)
+	if err != nil || tok == 0 || !validID(session.ID(sid)) || ttl <= 0 {
+		return session.Holder{}, fmt.Errorf("unexpected holder %q: token %q, session %q, ttl %d", name, ts, sid, ttl)
+	}
+	h := session.Holder{Name: name, Token: tok, Session: session.ID(sid), Remaining: time.Duration(ttl) * time.Millisecond}
+	if js != "" {
+		if err := json.Unmarshal([]byte(js), &h.Owner); err != nil {
+			return session.Holder{}, fmt.Errorf("owner of session %s: %w", sid, err)
+		}
+	}
+	return h, nil
+}

@@ -1,0 +1,48 @@
+package pgsimba_test
+
+import (
+	"testing"
+
+	"github.com/simba-go/simba/backend-sql/internal/sqltest"
+	"github.com/simba-go/simba/backend-sql/pgsimba"
+	"github.com/simba-go/simba/session"
+)
+
+func TestSchemaVersions(t *testing.T) {
+	pool := newPool(t, pgURL(t), nil)
+	sqltest.RunSchema(t, sqltest.Schema{
+		Label: "pgsimba",
+		New: func(t *testing.T, prefix string, create bool) (session.Backend, error) {
+			opts := []pgsimba.Option{pgsimba.WithPrefix(prefix)}
+			if !create {
+				opts = append(opts, pgsimba.WithoutSchemaCreation())
+			}
+			b, err := pgsimba.New(ctxT(t), pool, opts...)
+			if err != nil {
+				return nil, err
+			}
+			t.Cleanup(b.Shutdown)
+			return b, nil
+		},
+		InstallFirst: func(t *testing.T, prefix string) {
+			ddl, err := pgsimba.FirstSchema(prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pool.Exec(ctxT(t), ddl); err != nil {
+				t.Fatalf("installing the first schema: %v", err)
+			}
+		},
+		OpenFirst: func(t *testing.T, prefix string, id session.ID) {
+			if _, err := pool.Exec(ctxT(t), "SELECT "+prefix+"_open_v1($1, 600000000)", string(id)); err != nil {
+				t.Fatalf("open_v1: %v", err)
+			}
+		},
+		SetVersion: func(t *testing.T, prefix string, v, compat int) {
+			if _, err := pool.Exec(ctxT(t), "UPDATE "+prefix+"_schema SET version = $1, compatible_from = $2", v, compat); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Drop: func(t testing.TB, prefix string) { dropSchema(t, pool, prefix) },
+	})
+}

@@ -1,0 +1,117 @@
+package otelsimba
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/simba-go/simba/session"
+)
+
+// Backend wraps b so that every call the engine makes is timed in the
+// simba.backend.call.duration histogram (seconds), by
+// simba.backend.operation (open, renew, acquire, release, close, inspect)
+// and, for failed calls, error.type (expired, closed, timeout, or _OTHER).
+// The wrapper keeps b's optional capabilities (session.Inspector,
+// session.Broadcaster): it implements exactly those b implements.
+func (in *Instrumentation) Backend(b session.Backend) session.Backend {
+	t := &timed{b: b, h: in.m.calls}
+	insp, canInspect := b.(session.Inspector)
+	bc, canBroadcast := b.(session.Broadcaster)
+	switch {
+	case canInspect && canBroadcast:
+		return struct {
+			*timed
+			timedInspector
+			session.Broadcaster
+		}{t, timedInspector{t, insp}, bc}
+	case canInspect:
+		return struct {
+			*timed
+			timedInspector
+		}{t, timedInspector{t, insp}}
+	case canBroadcast:
+		return struct {
+			*timed
+			session.Broadcaster
+		}{t, bc}
+	}
+	return t
+}
+
+type timed struct {
+	b session.Backend
+	h metric.Float64Histogram
+}
+
+func (t *timed) record(ctx context.Context, op string, start time.Time, err error) {
+	attrs := []attribute.KeyValue{keyOperation.String(op)}
+	if err != nil {
+		attrs = append(attrs, keyErrorType.String(errorType(err)))
+	}
+	t.h.Record(context.WithoutCancel(ctx), time.Since(start).Seconds(), metric.WithAttributes(attrs...))
+}
+
+// errorType names a failure with a small, fixed set of values (bounded
+// cardinality).
+func errorType(err error) string {
+	switch {
+	case errors.Is(err, session.ErrExpired):
+		return "expired"
+	case errors.Is(err, session.ErrClosed):
+		return "closed"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return "timeout"
+	}
+	return "_OTHER"
+}
+
+func (t *timed) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+	start := time.Now()
+	r, err := t.b.Open(ctx, req)
+	t.record(ctx, "open", start, err)
+	return r, err
+}
+
+func (t *timed) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+	start := time.Now()
+	r, err := t.b.Renew(ctx, req)
+	t.record(ctx, "renew", start, err)
+	return r, err
+}
+
+func (t *timed) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+	start := time.Now()
+	r, err := t.b.Acquire(ctx, req)
+	t.record(ctx, "acquire", start, err)
+	return r, err
+}
+
+func (t *timed) Release(ctx context.Context, req session.ReleaseRequest) error {
+	start := time.Now()
+	err := t.b.Release(ctx, req)
+	t.record(ctx, "release", start, err)
+	return err
+}
+
+func (t *timed) Close(ctx context.Context, id session.ID) error {
+	start := time.Now()
+	err := t.b.Close(ctx, id)
+	t.record(ctx, "close", start, err)
+	return err
+}
+
+type timedInspector struct {
+	t *timed
+	i session.Inspector
+}
+
+func (ti timedInspector) Inspect(ctx context.Context, req session.InspectRequest) ([]session.Holder, error) {
+	start := time.Now()
+	hs, err := ti.i.Inspect(ctx, req)
+	ti.t.record(ctx, "inspect", start, err)
+	return hs, err
+}
