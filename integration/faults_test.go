@@ -33,9 +33,19 @@ import (
 
 const faultLease = 2 * time.Second
 
+// workerDir holds the worker binary built for this test binary run;
+// TestMain removes it.
+var workerDir = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "simba-worker") })
+
+func removeWorkerBuild() {
+	if dir, err := workerDir(); err == nil {
+		_ = os.RemoveAll(dir)
+	}
+}
+
 // buildWorker builds cmd/simba-worker once per test binary run.
 var buildWorker = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "simba-worker")
+	dir, err := workerDir()
 	if err != nil {
 		return "", err
 	}
