@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // ErrClientConfig is wrapped by the error [New] returns for a client whose
@@ -28,8 +28,8 @@ type client interface {
 	ZRangeByLex(ctx context.Context, key string, opt *redis.ZRangeBy) *redis.StringSliceCmd
 }
 
-// Backend runs Simba sessions on Redis. It implements [session.Backend]
-// and [session.Broadcaster]. One Backend serves any number of sessions of
+// Backend runs Simba sessions on Redis. It implements [driver.Backend]
+// and [driver.Broadcaster]. One Backend serves any number of sessions of
 // one namespace and is safe for concurrent use.
 type Backend struct {
 	rdb  client
@@ -43,8 +43,8 @@ type Backend struct {
 }
 
 var (
-	_ session.Backend     = (*Backend)(nil)
-	_ session.Broadcaster = (*Backend)(nil)
+	_ driver.Backend     = (*Backend)(nil)
+	_ driver.Broadcaster = (*Backend)(nil)
 )
 
 // Option configures [New].
@@ -117,25 +117,25 @@ func (b *Backend) Namespace() string {
 
 // Open opens a session with a random 128-bit id from crypto/rand. The
 // lease is rounded up to whole milliseconds, the unit of PEXPIRE.
-func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	if req.LeaseDuration <= 0 {
-		return session.OpenReply{}, fmt.Errorf("redisbackend: open: lease duration %v, want > 0", req.LeaseDuration)
+		return driver.OpenReply{}, fmt.Errorf("redisbackend: open: lease duration %v, want > 0", req.LeaseDuration)
 	}
 	ms := (req.LeaseDuration + time.Millisecond - 1) / time.Millisecond
 	var raw [16]byte
 	if _, err := rand.Read(raw[:]); err != nil {
-		return session.OpenReply{}, fmt.Errorf("redisbackend: open: session id: %w", err)
+		return driver.OpenReply{}, fmt.Errorf("redisbackend: open: session id: %w", err)
 	}
-	id := session.ID(hex.EncodeToString(raw[:]))
+	id := driver.ID(hex.EncodeToString(raw[:]))
 	owner, err := encodeOwner(req.Owner)
 	if err != nil {
-		return session.OpenReply{}, fmt.Errorf("redisbackend: open: %w", err)
+		return driver.OpenReply{}, fmt.Errorf("redisbackend: open: %w", err)
 	}
 	ttl, err := openScript.Run(ctx, b.rdb, []string{b.keys.session + string(id)}, int64(ms), owner).Int64()
 	if err != nil {
-		return session.OpenReply{}, fmt.Errorf("redisbackend: open: %w", err)
+		return driver.OpenReply{}, fmt.Errorf("redisbackend: open: %w", err)
 	}
-	return session.OpenReply{ID: id, Remaining: pttl(ttl)}, nil
+	return driver.OpenReply{ID: id, Remaining: pttl(ttl)}, nil
 }
 
 // pttl turns a PTTL reply into a duration; a negative reply (no key, no
@@ -147,60 +147,60 @@ func pttl(ms int64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-func expired(op string, id session.ID) error {
-	return fmt.Errorf("redisbackend: %s: session %s: %w", op, id, session.ErrExpired)
+func expired(op string, id driver.ID) error {
+	return fmt.Errorf("redisbackend: %s: session %s: %w", op, id, driver.ErrExpired)
 }
 
 // Renew extends the session by its lease with one script call, whatever
 // the number of leases it owns. The reply lists the owned leases only when
 // their version differs from req.KnownVersion.
-func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
 	if !validID(req.ID) {
-		return session.RenewReply{}, expired("renew", req.ID)
+		return driver.RenewReply{}, expired("renew", req.ID)
 	}
 	res, err := renewScript.Run(ctx, b.rdb, []string{b.keys.session + string(req.ID)},
 		strconv.FormatUint(req.KnownVersion, 10)).Result()
 	if err != nil {
-		return session.RenewReply{}, fmt.Errorf("redisbackend: renew: %w", err)
+		return driver.RenewReply{}, fmt.Errorf("redisbackend: renew: %w", err)
 	}
 	if n, ok := res.(int64); ok && n < 0 {
-		return session.RenewReply{}, expired("renew", req.ID)
+		return driver.RenewReply{}, expired("renew", req.ID)
 	}
 	rep, err := parseRenew(res)
 	if err != nil {
-		return session.RenewReply{}, fmt.Errorf("redisbackend: renew: %w", err)
+		return driver.RenewReply{}, fmt.Errorf("redisbackend: renew: %w", err)
 	}
 	return rep, nil
 }
 
 // parseRenew decodes {pttl, version[, hgetall]} from the renew script.
-func parseRenew(res any) (session.RenewReply, error) {
+func parseRenew(res any) (driver.RenewReply, error) {
 	arr, ok := res.([]any)
 	if !ok || len(arr) < 2 || len(arr) > 3 {
-		return session.RenewReply{}, fmt.Errorf("unexpected reply %T %v", res, res)
+		return driver.RenewReply{}, fmt.Errorf("unexpected reply %T %v", res, res)
 	}
 	ttl, ok := arr[0].(int64)
 	if !ok {
-		return session.RenewReply{}, fmt.Errorf("unexpected ttl %T", arr[0])
+		return driver.RenewReply{}, fmt.Errorf("unexpected ttl %T", arr[0])
 	}
 	vs, ok := arr[1].(string)
 	if !ok {
-		return session.RenewReply{}, fmt.Errorf("unexpected version %T", arr[1])
+		return driver.RenewReply{}, fmt.Errorf("unexpected version %T", arr[1])
 	}
 	v, err := strconv.ParseUint(vs, 10, 64)
 	if err != nil || v == 0 {
-		return session.RenewReply{}, fmt.Errorf("bad version %q", vs)
+		return driver.RenewReply{}, fmt.Errorf("bad version %q", vs)
 	}
-	rep := session.RenewReply{Remaining: pttl(ttl), Version: v}
+	rep := driver.RenewReply{Remaining: pttl(ttl), Version: v}
 	if len(arr) == 2 {
 		return rep, nil
 	}
 	fields, ok := arr[2].([]any)
 	if !ok || len(fields)%2 != 0 {
-		return session.RenewReply{}, fmt.Errorf("unexpected lease list %T", arr[2])
+		return driver.RenewReply{}, fmt.Errorf("unexpected lease list %T", arr[2])
 	}
 	rep.Full = true
-	rep.Leases = make([]session.Lease, 0, max(0, len(fields)/2-2))
+	rep.Leases = make([]driver.Lease, 0, max(0, len(fields)/2-2))
 	for i := 0; i+1 < len(fields); i += 2 {
 		name, _ := fields[i].(string)
 		if strings.HasPrefix(name, "#") {
@@ -209,20 +209,20 @@ func parseRenew(res any) (session.RenewReply, error) {
 		ts, _ := fields[i+1].(string)
 		tok, err := strconv.ParseUint(ts, 10, 64)
 		if err != nil || tok == 0 {
-			return session.RenewReply{}, fmt.Errorf("bad token %q for lease %q", ts, name)
+			return driver.RenewReply{}, fmt.Errorf("bad token %q for lease %q", ts, name)
 		}
-		rep.Leases = append(rep.Leases, session.Lease{Name: name, Token: tok})
+		rep.Leases = append(rep.Leases, driver.Lease{Name: name, Token: tok})
 	}
 	return rep, nil
 }
 
 // Acquire tries every valid name in one script call. Invalid names get a
 // result whose Err wraps deadline.ErrInvalidName and are not sent.
-func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	if !validID(req.ID) {
-		return session.AcquireReply{}, expired("acquire", req.ID)
+		return driver.AcquireReply{}, expired("acquire", req.ID)
 	}
-	results := make([]session.AcquireResult, len(req.Names))
+	results := make([]driver.AcquireResult, len(req.Names))
 	ks := make([]string, 2, len(req.Names)+2)
 	ks[0], ks[1] = b.keys.session+string(req.ID), b.keys.names
 	args := make([]any, 2, len(req.Names)+2)
@@ -240,30 +240,30 @@ func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (sess
 	}
 	res, err := acquireScript.Run(ctx, b.rdb, ks, args...).Result()
 	if err != nil {
-		return session.AcquireReply{}, fmt.Errorf("redisbackend: acquire: %w", err)
+		return driver.AcquireReply{}, fmt.Errorf("redisbackend: acquire: %w", err)
 	}
 	if n, ok := res.(int64); ok && n < 0 {
-		return session.AcquireReply{}, expired("acquire", req.ID)
+		return driver.AcquireReply{}, expired("acquire", req.ID)
 	}
 	toks, ok := res.([]any)
 	if !ok || len(toks) != len(sent) {
-		return session.AcquireReply{}, fmt.Errorf("redisbackend: acquire: unexpected reply %T with %d of %d tokens", res, len(toks), len(sent))
+		return driver.AcquireReply{}, fmt.Errorf("redisbackend: acquire: unexpected reply %T with %d of %d tokens", res, len(toks), len(sent))
 	}
 	for j, i := range sent {
 		s, _ := toks[j].(string)
 		tok, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return session.AcquireReply{}, fmt.Errorf("redisbackend: acquire: bad token %q for %q", s, req.Names[i])
+			return driver.AcquireReply{}, fmt.Errorf("redisbackend: acquire: bad token %q for %q", s, req.Names[i])
 		}
 		results[i].Token = tok
 	}
-	return session.AcquireReply{Results: results}, nil
+	return driver.AcquireReply{Results: results}, nil
 }
 
 // Release frees the leases the session owns under the given tokens in one
 // script call, and publishes the names it freed. A lease owned by another
 // session or under another token is left alone.
-func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error {
+func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error {
 	if len(req.Leases) == 0 || !validID(req.ID) {
 		return nil // an unknown session owns nothing
 	}
@@ -287,7 +287,7 @@ func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error
 // Close deletes the session and frees every lease it still owns in one
 // script call, publishing their names. Closing an expired or unknown
 // session is not an error.
-func (b *Backend) Close(ctx context.Context, id session.ID) error {
+func (b *Backend) Close(ctx context.Context, id driver.ID) error {
 	if !validID(id) {
 		return nil
 	}

@@ -13,21 +13,21 @@ import (
 
 	redisbackend "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
-func open(t *testing.T, b *redisbackend.Backend, lease time.Duration) session.ID {
+func open(t *testing.T, b *redisbackend.Backend, lease time.Duration) driver.ID {
 	t.Helper()
-	r, err := b.Open(ctxT(t), session.OpenRequest{LeaseDuration: lease})
+	r, err := b.Open(ctxT(t), driver.OpenRequest{LeaseDuration: lease})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	return r.ID
 }
 
-func acquire(t *testing.T, b *redisbackend.Backend, id session.ID, names ...string) []uint64 {
+func acquire(t *testing.T, b *redisbackend.Backend, id driver.ID, names ...string) []uint64 {
 	t.Helper()
-	r, err := b.Acquire(ctxT(t), session.AcquireRequest{ID: id, Names: names})
+	r, err := b.Acquire(ctxT(t), driver.AcquireRequest{ID: id, Names: names})
 	if err != nil {
 		t.Fatalf("Acquire(%d names from %q): %v", len(names), names[0], err)
 	}
@@ -44,16 +44,16 @@ func acquire(t *testing.T, b *redisbackend.Backend, id session.ID, names ...stri
 	return toks
 }
 
-func release(t *testing.T, b *redisbackend.Backend, id session.ID, name string, tok uint64) {
+func release(t *testing.T, b *redisbackend.Backend, id driver.ID, name string, tok uint64) {
 	t.Helper()
-	if err := b.Release(ctxT(t), session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: name, Token: tok}}}); err != nil {
+	if err := b.Release(ctxT(t), driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: name, Token: tok}}}); err != nil {
 		t.Fatalf("Release(%s, %d): %v", name, tok, err)
 	}
 }
 
-func renew(t *testing.T, b *redisbackend.Backend, id session.ID, known uint64) session.RenewReply {
+func renew(t *testing.T, b *redisbackend.Backend, id driver.ID, known uint64) driver.RenewReply {
 	t.Helper()
-	r, err := b.Renew(ctxT(t), session.RenewRequest{ID: id, KnownVersion: known})
+	r, err := b.Renew(ctxT(t), driver.RenewRequest{ID: id, KnownVersion: known})
 	if err != nil {
 		t.Fatalf("Renew: %v", err)
 	}
@@ -63,7 +63,7 @@ func renew(t *testing.T, b *redisbackend.Backend, id session.ID, known uint64) s
 func TestOpenRenewRemaining(t *testing.T) {
 	forModes(t, func(t *testing.T, c redis.UniversalClient) {
 		b := newBackend(t, c, namespace(t))
-		o, err := b.Open(ctxT(t), session.OpenRequest{LeaseDuration: 2 * time.Second})
+		o, err := b.Open(ctxT(t), driver.OpenRequest{LeaseDuration: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,10 +99,10 @@ func TestExpiredAnswersExpiredForever(t *testing.T) {
 		acquire(t, b, id, "x")
 		waitTimer(2 * lease)
 		for i := 0; i < 3; i++ {
-			if _, err := b.Renew(ctxT(t), session.RenewRequest{ID: id}); !errors.Is(err, session.ErrExpired) {
+			if _, err := b.Renew(ctxT(t), driver.RenewRequest{ID: id}); !errors.Is(err, driver.ErrExpired) {
 				t.Fatalf("Renew after expiry #%d = %v, want ErrExpired", i, err)
 			}
-			if _, err := b.Acquire(ctxT(t), session.AcquireRequest{ID: id, Names: []string{"y"}}); !errors.Is(err, session.ErrExpired) {
+			if _, err := b.Acquire(ctxT(t), driver.AcquireRequest{ID: id, Names: []string{"y"}}); !errors.Is(err, driver.ErrExpired) {
 				t.Fatalf("Acquire after expiry #%d = %v, want ErrExpired", i, err)
 			}
 		}
@@ -111,8 +111,8 @@ func TestExpiredAnswersExpiredForever(t *testing.T) {
 		if tok := acquire(t, b, other, "y")[0]; tok == 0 {
 			t.Error("y was not free after an expired session's Acquire")
 		}
-		for _, bad := range []session.ID{"", "not-hex", "0123456789abcdef0123456789abcdeg", session.ID(fmt.Sprintf("%032x", 7))} {
-			if _, err := b.Renew(ctxT(t), session.RenewRequest{ID: bad}); !errors.Is(err, session.ErrExpired) {
+		for _, bad := range []driver.ID{"", "not-hex", "0123456789abcdef0123456789abcdeg", driver.ID(fmt.Sprintf("%032x", 7))} {
+			if _, err := b.Renew(ctxT(t), driver.RenewRequest{ID: bad}); !errors.Is(err, driver.ErrExpired) {
 				t.Errorf("Renew(%q) = %v, want ErrExpired", bad, err)
 			}
 			if err := b.Close(ctxT(t), bad); err != nil {
@@ -159,7 +159,7 @@ func TestAcquireExclusionAndRelease(t *testing.T) {
 func TestTokensRiseStrictly(t *testing.T) {
 	forModes(t, func(t *testing.T, c redis.UniversalClient) {
 		b := newBackend(t, c, namespace(t))
-		ids := []session.ID{open(t, b, 5*time.Second), open(t, b, 5*time.Second)}
+		ids := []driver.ID{open(t, b, 5*time.Second), open(t, b, 5*time.Second)}
 		var last uint64
 		for i := 0; i < 50; i++ {
 			id := ids[i%2]
@@ -188,12 +188,12 @@ func TestTakeoverOnlyAfterOwnerExpires(t *testing.T) {
 		if tb <= ta {
 			t.Fatalf("B's token after A expired = %d, want > %d", tb, ta)
 		}
-		if _, err := b.Renew(ctxT(t), session.RenewRequest{ID: a}); !errors.Is(err, session.ErrExpired) {
+		if _, err := b.Renew(ctxT(t), driver.RenewRequest{ID: a}); !errors.Is(err, driver.ErrExpired) {
 			t.Fatalf("A's Renew = %v, want ErrExpired", err)
 		}
 		release(t, b, a, "x", ta) // the expired owner's late release: no-op
 		r := renew(t, b, o, 0)
-		if len(r.Leases) != 1 || r.Leases[0] != (session.Lease{Name: "x", Token: tb}) {
+		if len(r.Leases) != 1 || r.Leases[0] != (driver.Lease{Name: "x", Token: tb}) {
 			t.Fatalf("B owns %+v, want [x %d]", r.Leases, tb)
 		}
 	})
@@ -209,7 +209,7 @@ func TestRenewReportsOwnedSetAndVersion(t *testing.T) {
 		if !r.Full || r.Version == v0 {
 			t.Fatalf("after acquire: %+v, want a new version with the full list", r)
 		}
-		want := []session.Lease{{Name: "a", Token: toks[0]}, {Name: "b", Token: toks[1]}, {Name: "c", Token: toks[2]}}
+		want := []driver.Lease{{Name: "a", Token: toks[0]}, {Name: "b", Token: toks[1]}, {Name: "c", Token: toks[2]}}
 		if got := sorted(r.Leases); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("Leases = %v, want %v", got, want)
 		}
@@ -234,8 +234,8 @@ func TestRenewReportsOwnedSetAndVersion(t *testing.T) {
 	})
 }
 
-func sorted(ls []session.Lease) []session.Lease {
-	out := append([]session.Lease(nil), ls...)
+func sorted(ls []driver.Lease) []driver.Lease {
+	out := append([]driver.Lease(nil), ls...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
@@ -245,7 +245,7 @@ func TestInvalidNames(t *testing.T) {
 		b := newBackend(t, c, namespace(t))
 		id := open(t, b, 5*time.Second)
 		names := []string{"ok", "bad/name", "", "..", "a}b", "ok2"}
-		r, err := b.Acquire(ctxT(t), session.AcquireRequest{ID: id, Names: names})
+		r, err := b.Acquire(ctxT(t), driver.AcquireRequest{ID: id, Names: names})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +258,7 @@ func TestInvalidNames(t *testing.T) {
 				t.Errorf("%q: %+v, want ErrInvalidName", names[i], res)
 			}
 		}
-		err = b.Release(ctxT(t), session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: "x y", Token: 1}}})
+		err = b.Release(ctxT(t), driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: "x y", Token: 1}}})
 		if !errors.Is(err, deadline.ErrInvalidName) {
 			t.Errorf("Release(invalid) = %v, want ErrInvalidName", err)
 		}
@@ -272,7 +272,7 @@ func TestNamespacesAreIsolated(t *testing.T) {
 		if acquire(t, b1, id1, "x")[0] == 0 || acquire(t, b2, id2, "x")[0] == 0 {
 			t.Fatal("x in two namespaces must be two leases")
 		}
-		if _, err := b2.Renew(ctxT(t), session.RenewRequest{ID: id1}); !errors.Is(err, session.ErrExpired) {
+		if _, err := b2.Renew(ctxT(t), driver.RenewRequest{ID: id1}); !errors.Is(err, driver.ErrExpired) {
 			t.Fatalf("namespace 2 knows namespace 1's session: %v", err)
 		}
 	})
@@ -298,7 +298,7 @@ func TestNew(t *testing.T) {
 	if b.Namespace() != "ns-1" {
 		t.Errorf("Namespace() = %q", b.Namespace())
 	}
-	if _, err := b.Open(ctxT(t), session.OpenRequest{}); err == nil {
+	if _, err := b.Open(ctxT(t), driver.OpenRequest{}); err == nil {
 		t.Error("Open with zero lease succeeded")
 	}
 }
@@ -384,12 +384,12 @@ func TestScriptsReloadAfterFlush(t *testing.T) {
 }
 
 // notices collects what a subscription delivers.
-type notices chan session.Notice
+type notices chan driver.Notice
 
 func subscribe(t *testing.T, b *redisbackend.Backend) notices {
 	t.Helper()
 	ch := make(notices, 1000)
-	stop, err := b.Subscribe(func(n session.Notice) {
+	stop, err := b.Subscribe(func(n driver.Notice) {
 		select {
 		case ch <- n:
 		default:
@@ -403,7 +403,7 @@ func subscribe(t *testing.T, b *redisbackend.Backend) notices {
 }
 
 // await returns the first notice for which match is true, failing after 5s.
-func (ch notices) await(t *testing.T, what string, match func(session.Notice) bool) {
+func (ch notices) await(t *testing.T, what string, match func(driver.Notice) bool) {
 	t.Helper()
 	timeout := time.After(5 * time.Second)
 	for {
@@ -427,12 +427,12 @@ func TestBroadcastRelease(t *testing.T) {
 		id := open(t, a, 5*time.Second)
 		toks := acquire(t, a, id, "x", "y")
 		release(t, a, id, "x", toks[0])
-		got.await(t, "for x", func(n session.Notice) bool { return n.Name == "x" })
-		got2.await(t, "for x on the second subscriber", func(n session.Notice) bool { return n.Name == "x" })
+		got.await(t, "for x", func(n driver.Notice) bool { return n.Name == "x" })
+		got2.await(t, "for x on the second subscriber", func(n driver.Notice) bool { return n.Name == "x" })
 		if err := a.Close(ctxT(t), id); err != nil {
 			t.Fatal(err)
 		}
-		got.await(t, "for y after Close", func(n session.Notice) bool { return n.Name == "y" })
+		got.await(t, "for y after Close", func(n driver.Notice) bool { return n.Name == "y" })
 		// Another namespace's releases do not reach us.
 		other := newBackend(t, c, namespace(t))
 		oid := open(t, other, 5*time.Second)
@@ -440,7 +440,7 @@ func TestBroadcastRelease(t *testing.T) {
 		release(t, a, open(t, a, 5*time.Second), "w", 0) // no-op: publishes nothing
 		id2 := open(t, a, 5*time.Second)
 		release(t, a, id2, "end", acquire(t, a, id2, "end")[0])
-		got.await(t, "for end", func(n session.Notice) bool {
+		got.await(t, "for end", func(n driver.Notice) bool {
 			if n.Name == "z" || n.Name == "w" {
 				t.Errorf("got notice %q from another namespace or a no-op release", n.Name)
 			}
@@ -467,17 +467,17 @@ func TestSubscriptionReconnectAnnouncesPossibleLoss(t *testing.T) {
 		if err != nil {
 			t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
 		}
-		got.await(t, "with an empty name after the reconnect", func(n session.Notice) bool { return n.Name == "" })
+		got.await(t, "with an empty name after the reconnect", func(n driver.Notice) bool { return n.Name == "" })
 		id := open(t, b, 5*time.Second)
 		release(t, b, id, "x", acquire(t, b, id, "x")[0])
-		got.await(t, "for x after the reconnect", func(n session.Notice) bool { return n.Name == "x" })
+		got.await(t, "for x after the reconnect", func(n driver.Notice) bool { return n.Name == "x" })
 	})
 }
 
 func TestSubscribeStopThenResubscribe(t *testing.T) {
 	b := newBackend(t, standalone(t), namespace(t))
 	var calls atomic.Int64
-	stop, err := b.Subscribe(func(session.Notice) { calls.Add(1) })
+	stop, err := b.Subscribe(func(driver.Notice) { calls.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +487,7 @@ func TestSubscribeStopThenResubscribe(t *testing.T) {
 	release(t, b, id, "x", acquire(t, b, id, "x")[0])
 	got := subscribe(t, b) // a fresh subscription after the last one stopped
 	release(t, b, id, "y", acquire(t, b, id, "y")[0])
-	got.await(t, "for y", func(n session.Notice) bool { return n.Name == "y" })
+	got.await(t, "for y", func(n driver.Notice) bool { return n.Name == "y" })
 	if n := calls.Load(); n != 0 {
 		t.Errorf("stopped subscriber called %d times", n)
 	}
@@ -506,7 +506,7 @@ func TestSubscribeStopFromCallbackAndWhileRunning(t *testing.T) {
 	stopped := make(chan struct{})
 	var stop func()
 	var err error
-	stop, err = b.Subscribe(func(n session.Notice) {
+	stop, err = b.Subscribe(func(n driver.Notice) {
 		if n.Name == "self" {
 			stop() // must not deadlock
 			close(stopped)
@@ -524,7 +524,7 @@ func TestSubscribeStopFromCallbackAndWhileRunning(t *testing.T) {
 
 	entered, unblock := make(chan struct{}), make(chan struct{})
 	var returned atomic.Bool
-	stop2, err := b.Subscribe(func(n session.Notice) {
+	stop2, err := b.Subscribe(func(n driver.Notice) {
 		if n.Name == "slow" {
 			close(entered)
 			<-unblock

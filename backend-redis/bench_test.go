@@ -15,6 +15,7 @@ import (
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/term"
 )
 
@@ -104,9 +105,9 @@ func interleave(b *testing.B, base string, ops ...op) {
 	}
 }
 
-func openBench(b *testing.B, be session.Backend) session.ID {
+func openBench(b *testing.B, be driver.Backend) driver.ID {
 	b.Helper()
-	r, err := be.Open(context.Background(), session.OpenRequest{LeaseDuration: 10 * time.Minute})
+	r, err := be.Open(context.Background(), driver.OpenRequest{LeaseDuration: 10 * time.Minute})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func BenchmarkAcquire(b *testing.B) {
 			}
 		}},
 		op{"simba", func(i int) {
-			res, err := be.Acquire(ctx, session.AcquireRequest{ID: id, Names: names[i : i+1]})
+			res, err := be.Acquire(ctx, driver.AcquireRequest{ID: id, Names: names[i : i+1]})
 			if err != nil || res.Results[0].Token == 0 {
 				b.Fatalf("Acquire: %v %+v", err, res)
 			}
@@ -167,11 +168,11 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			}
 		}},
 		op{"simba", func(int) {
-			res, err := be.Acquire(ctx, session.AcquireRequest{ID: id, Names: names})
+			res, err := be.Acquire(ctx, driver.AcquireRequest{ID: id, Names: names})
 			if err != nil || res.Results[0].Token == 0 {
 				b.Fatalf("Acquire: %v %+v", err, res)
 			}
-			err = be.Release(ctx, session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: "x", Token: res.Results[0].Token}}})
+			err = be.Release(ctx, driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: "x", Token: res.Results[0].Token}}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -189,7 +190,7 @@ func BenchmarkRenew(b *testing.B) {
 	ns := namespace(b)
 	be := newBackend(b, c, ns)
 	sizes := []int{1, 100, 10000}
-	ids := make([]session.ID, len(sizes))
+	ids := make([]driver.ID, len(sizes))
 	versions := make([]uint64, len(sizes))
 	for j, n := range sizes {
 		ids[j] = openBench(b, be)
@@ -197,10 +198,10 @@ func BenchmarkRenew(b *testing.B) {
 		for i := range names {
 			names[i] = fmt.Sprintf("s%d-lease-%05d", j, i)
 		}
-		if _, err := be.Acquire(ctx, session.AcquireRequest{ID: ids[j], Names: names}); err != nil {
+		if _, err := be.Acquire(ctx, driver.AcquireRequest{ID: ids[j], Names: names}); err != nil {
 			b.Fatal(err)
 		}
-		full, err := be.Renew(ctx, session.RenewRequest{ID: ids[j]})
+		full, err := be.Renew(ctx, driver.RenewRequest{ID: ids[j]})
 		if err != nil || len(full.Leases) != n {
 			b.Fatalf("Renew: %v, %d leases", err, len(full.Leases))
 		}
@@ -220,7 +221,7 @@ func BenchmarkRenew(b *testing.B) {
 					known = 0
 				}
 				return op{fmt.Sprintf("leases=%d", sizes[j]), func(int) {
-					if _, err := be.Renew(ctx, session.RenewRequest{ID: ids[j], KnownVersion: known}); err != nil {
+					if _, err := be.Renew(ctx, driver.RenewRequest{ID: ids[j], KnownVersion: known}); err != nil {
 						b.Fatal(err)
 					}
 				}}
@@ -243,7 +244,7 @@ func BenchmarkRenew(b *testing.B) {
 	for j, n := range sizes {
 		for _, known := range []uint64{versions[j], 0} {
 			r0 := read.Load()
-			if _, err := be.Renew(ctx, session.RenewRequest{ID: ids[j], KnownVersion: known}); err != nil {
+			if _, err := be.Renew(ctx, driver.RenewRequest{ID: ids[j], KnownVersion: known}); err != nil {
 				b.Fatal(err)
 			}
 			b.Logf("leases=%d full=%v: %d reply bytes", n, known == 0, read.Load()-r0)
@@ -252,7 +253,7 @@ func BenchmarkRenew(b *testing.B) {
 }
 
 // pollingOnly hides the backend's Broadcaster, so candidates only poll.
-type pollingOnly struct{ session.Backend }
+type pollingOnly struct{ driver.Backend }
 
 // BenchmarkHandover measures a voluntary handover: Stop on node A to
 // OnElected on node B, each node its own client, session and election,
@@ -270,7 +271,7 @@ func BenchmarkHandover(b *testing.B) {
 			}
 			nodes := make([]*node, 2)
 			for i := range nodes {
-				var be session.Backend = newBackend(b, standalone(b), ns)
+				var be driver.Backend = newBackend(b, standalone(b), ns)
 				if mode == "polling" {
 					be = pollingOnly{be}
 				}

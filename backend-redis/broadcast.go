@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // healthCheck is how often an idle subscription pings Redis; go-redis
@@ -27,7 +27,7 @@ type subscription struct {
 
 	mu      sync.Mutex
 	idle    *sync.Cond // signalled when a call of fn returns
-	subs    map[uint64]func(session.Notice)
+	subs    map[uint64]func(driver.Notice)
 	calling uint64 // subscriber whose fn runs now, 0 if none
 }
 
@@ -45,7 +45,7 @@ type subscription struct {
 // retried in the background, and fn receives an empty Notice once it is
 // established. It returns an error only when Redis refuses the
 // subscription or the client is closed.
-func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
+func (b *Backend) Subscribe(fn func(driver.Notice)) (stop func(), err error) {
 	if fn == nil {
 		return nil, fmt.Errorf("redisbackend: subscribe: nil func")
 	}
@@ -115,7 +115,7 @@ func (b *Backend) startSubscription() (*subscription, error) {
 			return nil, fmt.Errorf("redisbackend: subscribe %s: %w", b.keys.channel, err)
 		}
 	}
-	s := &subscription{ps: ps, done: make(chan struct{}), subs: make(map[uint64]func(session.Notice))}
+	s := &subscription{ps: ps, done: make(chan struct{}), subs: make(map[uint64]func(driver.Notice))}
 	s.idle = sync.NewCond(&s.mu)
 	ch := ps.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(healthCheck))
 	started := make(chan struct{})
@@ -132,11 +132,11 @@ func (s *subscription) run(ch <-chan any, started chan<- struct{}) {
 		switch m := m.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
-				s.deliver(session.Notice{}) // subscribed again: notices may be lost
+				s.deliver(driver.Notice{}) // subscribed again: notices may be lost
 			}
 		case *redis.Message:
 			for _, name := range parseNotice(m.Payload) {
-				s.deliver(session.Notice{Name: name})
+				s.deliver(driver.Notice{Name: name})
 			}
 		}
 	}
@@ -144,7 +144,7 @@ func (s *subscription) run(ch <-chan any, started chan<- struct{}) {
 
 // deliver calls every subscriber's fn in turn, without holding the lock,
 // so that fn may call into the backend or stop its own subscription.
-func (s *subscription) deliver(n session.Notice) {
+func (s *subscription) deliver(n driver.Notice) {
 	s.mu.Lock()
 	ids := make([]uint64, 0, len(s.subs))
 	for id := range s.subs {

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	redisbackend "github.com/simba-go/simba/backend-redis"
-	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/session/backendtest"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // kitLease is the lease the conformance kit asks for.
@@ -21,7 +21,7 @@ const kitLease = 2 * time.Second
 // client, as separate processes would have. dial returns a new client.
 func kitConfig(dial func(t *testing.T) redis.UniversalClient) backendtest.Config {
 	return backendtest.Config{
-		NewBackend: func(t *testing.T, ns string) session.Backend {
+		NewBackend: func(t *testing.T, ns string) driver.Backend {
 			return newBackend(t, dial(t), ns)
 		},
 		Lease: kitLease,

@@ -3,8 +3,8 @@
 // broadcast.
 //
 // [New] takes the application's own [redis.UniversalClient] and a
-// namespace, and returns a [*Backend] that implements [session.Backend] and
-// [session.Broadcaster]:
+// namespace, and returns a [*Backend] that implements [driver.Backend] and
+// [driver.Broadcaster]:
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	b, err := redisbackend.New(rdb, "billing")

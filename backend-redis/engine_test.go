@@ -10,7 +10,9 @@ import (
 
 	redisbackend "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/term"
 )
 
@@ -46,7 +48,7 @@ func (o *observed) redisFreesAfter() time.Time {
 	return o.sentOK.Add(o.remOK)
 }
 
-func (o *observed) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+func (o *observed) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	sent := time.Now()
 	r, err := o.Backend.Open(ctx, req)
 	if err == nil {
@@ -55,7 +57,7 @@ func (o *observed) Open(ctx context.Context, req session.OpenRequest) (session.O
 	return r, err
 }
 
-func (o *observed) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+func (o *observed) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
 	sent := time.Now()
 	r, err := o.Backend.Renew(ctx, req)
 	if err == nil {
@@ -66,7 +68,7 @@ func (o *observed) Renew(ctx context.Context, req session.RenewRequest) (session
 
 var errCloseRefused = errors.New("test: Close refused")
 
-func (o *observed) Close(ctx context.Context, id session.ID) error {
+func (o *observed) Close(ctx context.Context, id driver.ID) error {
 	if o.failClose.Load() {
 		return errCloseRefused
 	}
@@ -136,7 +138,7 @@ func (ch events) await(t *testing.T, kind session.EventKind, within time.Duratio
 }
 
 // startEngine opens a session on b with cfg and claims name.
-func startEngine(t *testing.T, b session.Backend, cfg deadline.Config, name string) (*session.Session, *claimRec, events) {
+func startEngine(t *testing.T, b driver.Backend, cfg deadline.Config, name string) (*session.Session, *claimRec, events) {
 	t.Helper()
 	ev := make(events, 4096)
 	s, err := session.Open(ctxT(t), b, session.WithConfig(cfg), session.WithListener(ev.listener), session.WithLogger(nil))
@@ -145,11 +147,11 @@ func startEngine(t *testing.T, b session.Backend, cfg deadline.Config, name stri
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	rec := newClaimRec()
-	c, err := s.Claim(name, rec)
+	c, err := layer.MustOf(s).Claim(name, rec)
 	if err != nil {
 		t.Fatalf("Claim: %v", err)
 	}
-	s.Do(func() { c.Want(true) })
+	layer.MustOf(s).Do(func() { c.Want(true) })
 	return s, rec, ev
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	redisbackend "github.com/simba-go/simba/backend-redis"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // callTimeout stands for the engine's renewal period: it bounds each call.
@@ -35,14 +35,14 @@ func TestFailureRedisPaused(t *testing.T) {
 
 	s.pause()
 	took, err := timed(func(ctx context.Context) error {
-		_, err := b.Renew(ctx, session.RenewRequest{ID: id})
+		_, err := b.Renew(ctx, driver.RenewRequest{ID: id})
 		return err
 	})
 	if err == nil || took > callTimeout+200*time.Millisecond {
 		t.Fatalf("Renew on a paused Redis: err %v after %v, want an error within %v", err, took, callTimeout)
 	}
 	took, err = timed(func(ctx context.Context) error {
-		_, err := b.Acquire(ctx, session.AcquireRequest{ID: id, Names: []string{"y"}})
+		_, err := b.Acquire(ctx, driver.AcquireRequest{ID: id, Names: []string{"y"}})
 		return err
 	})
 	if err == nil || took > callTimeout+200*time.Millisecond {
@@ -61,7 +61,7 @@ func TestFailureRedisPaused(t *testing.T) {
 	s.pause()
 	waitTimer(lease + 200*time.Millisecond)
 	s.resume()
-	if _, err := b.Renew(ctxT(t), session.RenewRequest{ID: id}); !errors.Is(err, session.ErrExpired) {
+	if _, err := b.Renew(ctxT(t), driver.RenewRequest{ID: id}); !errors.Is(err, driver.ErrExpired) {
 		t.Fatalf("Renew after a pause longer than the lease = %v, want ErrExpired", err)
 	}
 	o := open(t, b, lease)
@@ -83,7 +83,7 @@ func TestFailureRedisRestartedEmpty(t *testing.T) {
 
 	s.restartEmpty()
 	// The data loss shows as an expired session: the engine opens a new one.
-	if _, err := b.Renew(ctxT(t), session.RenewRequest{ID: id}); !errors.Is(err, session.ErrExpired) {
+	if _, err := b.Renew(ctxT(t), driver.RenewRequest{ID: id}); !errors.Is(err, driver.ErrExpired) {
 		t.Fatalf("Renew after a restart without data = %v, want ErrExpired", err)
 	}
 	o := open(t, b, 5*time.Second)
@@ -148,7 +148,7 @@ func TestFailureConnectionCutAndRestored(t *testing.T) {
 
 	p.setCut(true)
 	took, err := timed(func(ctx context.Context) error {
-		_, err := b.Renew(ctx, session.RenewRequest{ID: id})
+		_, err := b.Renew(ctx, driver.RenewRequest{ID: id})
 		return err
 	})
 	if err == nil || took > callTimeout+200*time.Millisecond {
@@ -157,16 +157,16 @@ func TestFailureConnectionCutAndRestored(t *testing.T) {
 	p.setCut(false)
 	// Restored within the lease: the session goes on at Redis with its lease.
 	r := renew(t, b, id, 0)
-	if len(r.Leases) != 1 || r.Leases[0] != (session.Lease{Name: "x", Token: tok}) {
+	if len(r.Leases) != 1 || r.Leases[0] != (driver.Lease{Name: "x", Token: tok}) {
 		t.Fatalf("after the cut: %+v, want x under token %d", r, tok)
 	}
 	if r.Remaining <= lease-time.Second {
 		t.Fatalf("Remaining after renewal = %v, want near %v", r.Remaining, lease)
 	}
 	// The subscription came back and said notices may have been lost.
-	got.await(t, "with an empty name after the link came back", func(n session.Notice) bool { return n.Name == "" })
+	got.await(t, "with an empty name after the link came back", func(n driver.Notice) bool { return n.Name == "" })
 	release(t, b, id, "x", tok)
-	got.await(t, "for x after the link came back", func(n session.Notice) bool { return n.Name == "x" })
+	got.await(t, "for x after the link came back", func(n driver.Notice) bool { return n.Name == "x" })
 }
 
 // A session must not fail to start because Redis blinked: Subscribe on a
@@ -185,10 +185,10 @@ func TestFailureSubscribeWhileRedisPaused(t *testing.T) {
 		t.Fatalf("Subscribe on a paused Redis took %v, want about the 200ms subscribe timeout", took)
 	}
 	s.resume()
-	got.await(t, "with an empty name once subscribed", func(n session.Notice) bool { return n.Name == "" })
+	got.await(t, "with an empty name once subscribed", func(n driver.Notice) bool { return n.Name == "" })
 	id := open(t, b, 5*time.Second)
 	release(t, b, id, "x", acquire(t, b, id, "x")[0])
-	got.await(t, "for x", func(n session.Notice) bool { return n.Name == "x" })
+	got.await(t, "for x", func(n driver.Notice) bool { return n.Name == "x" })
 }
 
 // TestFailureFailoverToStaleReplica promotes a replica that missed the

@@ -13,6 +13,7 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/simba-go/simba/internal v0.1.0
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/sys v0.30.0 // indirect
 )
@@ -23,3 +24,5 @@ replace (
 	github.com/simba-go/simba/session => ../session
 	github.com/simba-go/simba/term => ../term
 )
+
+replace github.com/simba-go/simba/internal => ../internal

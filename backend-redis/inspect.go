@@ -10,10 +10,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
-var _ session.Inspector = (*Backend)(nil)
+var _ driver.Inspector = (*Backend)(nil)
 
 // inspectBatch bounds the names one inspect script reads, so that a prefix
 // matching many names never blocks the server for long in one script.
@@ -21,7 +21,7 @@ const inspectBatch = 500
 
 // encodeOwner checks an owner and encodes it for the session hash; the
 // zero Owner as "".
-func encodeOwner(o session.Owner) (string, error) {
+func encodeOwner(o driver.Owner) (string, error) {
 	if err := o.Check(); err != nil || o.Identity == "" {
 		return "", err
 	}
@@ -29,13 +29,13 @@ func encodeOwner(o session.Owner) (string, error) {
 	return string(js), err
 }
 
-// Inspect implements [session.Inspector]: one read-only script per batch of
+// Inspect implements [driver.Inspector]: one read-only script per batch of
 // names reads each lease and its owner's session, so a holder is listed
 // only while its session key lives (its PTTL, on the Redis clock, is
 // Remaining). A prefix is looked up in the namespace's name index, a
 // sorted set read by ZRANGEBYLEX, never by scanning the server's keyspace
 // (docs/adr/0080-inspection.md).
-func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]session.Holder, error) {
+func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]driver.Holder, error) {
 	names := slices.Clone(req.Names)
 	for _, n := range names {
 		if err := deadline.ValidateName(n); err != nil {
@@ -55,7 +55,7 @@ func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]se
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
-	var out []session.Holder
+	var out []driver.Holder
 	for batch := range slices.Chunk(names, inspectBatch) {
 		hs, err := b.inspect(ctx, batch)
 		if err != nil {
@@ -90,7 +90,7 @@ func (b *Backend) indexed(ctx context.Context, prefix string) ([]string, error) 
 	}
 }
 
-func (b *Backend) inspect(ctx context.Context, names []string) ([]session.Holder, error) {
+func (b *Backend) inspect(ctx context.Context, names []string) ([]driver.Holder, error) {
 	ks := make([]string, len(names))
 	args := make([]any, 1, len(names)+1)
 	args[0] = b.keys.session
@@ -102,7 +102,7 @@ func (b *Backend) inspect(ctx context.Context, names []string) ([]session.Holder
 	if err != nil {
 		return nil, err
 	}
-	out := make([]session.Holder, 0, len(res))
+	out := make([]driver.Holder, 0, len(res))
 	for _, r := range res {
 		h, err := parseHolder(r)
 		if err != nil {
@@ -114,10 +114,10 @@ func (b *Backend) inspect(ctx context.Context, names []string) ([]session.Holder
 }
 
 // parseHolder decodes one {name, token, session id, owner JSON, PTTL}.
-func parseHolder(r any) (session.Holder, error) {
+func parseHolder(r any) (driver.Holder, error) {
 	f, ok := r.([]any)
 	if !ok || len(f) != 5 {
-		return session.Holder{}, fmt.Errorf("unexpected holder %T %v", r, r)
+		return driver.Holder{}, fmt.Errorf("unexpected holder %T %v", r, r)
 	}
 	name, _ := f[0].(string)
 	ts, _ := f[1].(string)
@@ -125,13 +125,13 @@ func parseHolder(r any) (session.Holder, error) {
 	js, _ := f[3].(string)
 	ttl, _ := f[4].(int64)
 	tok, err := strconv.ParseUint(ts, 10, 64)
-	if err != nil || tok == 0 || !validID(session.ID(sid)) || ttl <= 0 {
-		return session.Holder{}, fmt.Errorf("unexpected holder %q: token %q, session %q, ttl %d", name, ts, sid, ttl)
+	if err != nil || tok == 0 || !validID(driver.ID(sid)) || ttl <= 0 {
+		return driver.Holder{}, fmt.Errorf("unexpected holder %q: token %q, session %q, ttl %d", name, ts, sid, ttl)
 	}
-	h := session.Holder{Name: name, Token: tok, Session: session.ID(sid), Remaining: time.Duration(ttl) * time.Millisecond}
+	h := driver.Holder{Name: name, Token: tok, Session: driver.ID(sid), Remaining: time.Duration(ttl) * time.Millisecond}
 	if js != "" {
 		if err := json.Unmarshal([]byte(js), &h.Owner); err != nil {
-			return session.Holder{}, fmt.Errorf("owner of session %s: %w", sid, err)
+			return driver.Holder{}, fmt.Errorf("owner of session %s: %w", sid, err)
 		}
 	}
 	return h, nil

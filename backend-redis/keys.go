@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // MaxNamespaceLen is the longest namespace [ValidateNamespace] accepts.
@@ -57,7 +57,7 @@ const idLen = 32
 // validID reports whether id has the form this backend hands out. Any
 // other id never existed here, so it is answered as expired and never
 // reaches a key.
-func validID(id session.ID) bool {
+func validID(id driver.ID) bool {
 	if len(id) != idLen {
 		return false
 	}

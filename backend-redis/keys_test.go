@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 func TestValidateNamespace(t *testing.T) {
@@ -105,7 +105,7 @@ func FuzzParseRenew(f *testing.F) {
 }
 
 func TestValidID(t *testing.T) {
-	for id, want := range map[session.ID]bool{
+	for id, want := range map[driver.ID]bool{
 		"0123456789abcdef0123456789abcdef":  true,
 		"0123456789ABCDEF0123456789abcdef":  false,
 		"0123456789abcdef0123456789abcde":   false,

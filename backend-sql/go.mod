@@ -17,6 +17,7 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/simba-go/simba/internal v0.1.0
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
@@ -27,3 +28,5 @@ replace (
 	github.com/simba-go/simba/session => ../session
 	github.com/simba-go/simba/term => ../term
 )
+
+replace github.com/simba-go/simba/internal => ../internal

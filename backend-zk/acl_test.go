@@ -7,7 +7,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	zkbackend "github.com/simba-go/simba/backend-zk"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // With digest auth, the namespace and lease nodes carry a digest ACL: a
@@ -55,7 +55,7 @@ func TestDigestACL(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBackend(t, srv, root, tc.opts...)
 			sb := open(t, b, 4*time.Second)
-			_, err := b.Acquire(ctxT(t, 5*time.Second), session.AcquireRequest{ID: sb.ID, Names: []string{"y"}})
+			_, err := b.Acquire(ctxT(t, 5*time.Second), driver.AcquireRequest{ID: sb.ID, Names: []string{"y"}})
 			if !errors.Is(err, zk.ErrNoAuth) {
 				t.Fatalf("Acquire without the right credentials = %v, want ErrNoAuth", err)
 			}
@@ -91,6 +91,6 @@ func TestExternalDeleteLeavesOwnedSet(t *testing.T) {
 	}
 	waitUntil(t, 5*time.Second, "x to leave the owned set", func() bool {
 		r := renew(t, a, sa.ID)
-		return r.Version != r1.Version && equalLeases(r.Leases, []session.Lease{{Name: "y", Token: res[1].Token}})
+		return r.Version != r1.Version && equalLeases(r.Leases, []driver.Lease{{Name: "y", Token: res[1].Token}})
 	})
 }

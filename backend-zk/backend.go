@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // GrantNumerator and GrantDenominator give the share of the negotiated
@@ -30,8 +30,8 @@ func Grant(timeout time.Duration) time.Duration {
 	return timeout * GrantNumerator / GrantDenominator
 }
 
-// Backend is the ZooKeeper implementation of [session.Backend] and
-// [session.Broadcaster].
+// Backend is the ZooKeeper implementation of [driver.Backend] and
+// [driver.Broadcaster].
 //
 // Every [Backend.Open] dials a new *zk.Conn, and that connection's one
 // ZooKeeper session is the Simba session: its id is the session's ID, and
@@ -40,7 +40,7 @@ func Grant(timeout time.Duration) time.Duration {
 // connection each); a process normally has one. When ZooKeeper expires a
 // session, the backend closes its connection instead of letting
 // go-zookeeper open a fresh session on it, and answers
-// [session.ErrExpired] for it from then on: the engine must Open again,
+// [driver.ErrExpired] for it from then on: the engine must Open again,
 // and gets a new session id.
 //
 // Leases are ephemeral nodes <root>/<name>; a lease's token is its node's
@@ -51,11 +51,11 @@ type Backend struct {
 	cfg     config
 
 	mu       sync.Mutex
-	sessions map[session.ID]*zsession
+	sessions map[driver.ID]*zsession
 	closed   bool
 
 	subMu sync.RWMutex
-	subs  map[int]func(session.Notice)
+	subs  map[int]func(driver.Notice)
 	subN  int
 
 	wg sync.WaitGroup // goroutines the backend started
@@ -74,8 +74,8 @@ type Backend struct {
 var ErrTokenRegressed = errors.New("zkbackend: fencing token went backwards (the ensemble lost its data)")
 
 var (
-	_ session.Backend     = (*Backend)(nil)
-	_ session.Broadcaster = (*Backend)(nil)
+	_ driver.Backend     = (*Backend)(nil)
+	_ driver.Broadcaster = (*Backend)(nil)
 )
 
 // New returns a Backend for the ZooKeeper servers ("host:port" each) that
@@ -102,9 +102,9 @@ func New(servers []string, root string, opts ...Option) (*Backend, error) {
 		servers:  append([]string(nil), servers...),
 		root:     root,
 		cfg:      cfg,
-		sessions: make(map[session.ID]*zsession),
+		sessions: make(map[driver.ID]*zsession),
 		highest:  make(map[string]uint64),
-		subs:     make(map[int]func(session.Notice)),
+		subs:     make(map[int]func(driver.Notice)),
 	}, nil
 }
 
@@ -115,38 +115,38 @@ func (b *Backend) Root() string { return b.root }
 // timeout. The server clamps that to its [minSessionTimeout,
 // maxSessionTimeout]; the reply's Remaining is 5/12 of the timeout the
 // server actually granted. Open creates the namespace root if missing.
-func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	if req.LeaseDuration < time.Millisecond || req.LeaseDuration > time.Duration(1<<31-1)*time.Millisecond {
-		return session.OpenReply{}, fmt.Errorf("zkbackend: open: lease duration %v out of range [1ms, 2^31ms)", req.LeaseDuration)
+		return driver.OpenReply{}, fmt.Errorf("zkbackend: open: lease duration %v out of range [1ms, 2^31ms)", req.LeaseDuration)
 	}
 	if err := req.Owner.Check(); err != nil {
-		return session.OpenReply{}, fmt.Errorf("zkbackend: open: %w", err)
+		return driver.OpenReply{}, fmt.Errorf("zkbackend: open: %w", err)
 	}
 	b.mu.Lock()
 	closed := b.closed
 	b.mu.Unlock()
 	if closed {
-		return session.OpenReply{}, fmt.Errorf("zkbackend: open: %w", session.ErrClosed)
+		return driver.OpenReply{}, fmt.Errorf("zkbackend: open: %w", driver.ErrClosed)
 	}
 	s, err := b.dialSession(ctx, req.LeaseDuration, req.Owner)
 	if err != nil {
-		return session.OpenReply{}, fmt.Errorf("zkbackend: open: %w", err)
+		return driver.OpenReply{}, fmt.Errorf("zkbackend: open: %w", err)
 	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		s.closeAsync()
-		return session.OpenReply{}, fmt.Errorf("zkbackend: open: %w", session.ErrClosed)
+		return driver.OpenReply{}, fmt.Errorf("zkbackend: open: %w", driver.ErrClosed)
 	}
 	b.sessions[s.id] = s
 	b.mu.Unlock()
 	s.log.Info("zkbackend: session opened", "session", s.id, "requested", req.LeaseDuration, "negotiated", s.timeout())
-	return session.OpenReply{ID: s.id, Remaining: Grant(s.timeout())}, nil
+	return driver.OpenReply{ID: s.id, Remaining: Grant(s.timeout())}, nil
 }
 
 // SessionTimeout is the timeout ZooKeeper negotiated for the open session
 // id, as read from the server's last connect response.
-func (b *Backend) SessionTimeout(id session.ID) (time.Duration, bool) {
+func (b *Backend) SessionTimeout(id driver.ID) (time.Duration, bool) {
 	s, err := b.lookup(id)
 	if err != nil {
 		return 0, false
@@ -156,15 +156,15 @@ func (b *Backend) SessionTimeout(id session.ID) (time.Duration, bool) {
 
 // lookup finds an open session. An unknown id (never opened here, closed,
 // or expired) answers ErrExpired: a session never comes back.
-func (b *Backend) lookup(id session.ID) (*zsession, error) {
+func (b *Backend) lookup(id driver.ID) (*zsession, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil, session.ErrClosed
+		return nil, driver.ErrClosed
 	}
 	s, ok := b.sessions[id]
 	if !ok || s.expired.Load() {
-		return nil, fmt.Errorf("session %s: %w", id, session.ErrExpired)
+		return nil, fmt.Errorf("session %s: %w", id, driver.ErrExpired)
 	}
 	return s, nil
 }
@@ -183,16 +183,16 @@ func (b *Backend) forget(s *zsession) {
 // session is live (docs/adr/0040-zk-renewal.md). The owned set is kept
 // locally, from the backend's own acquisitions and releases and from the
 // watch on each of the session's lease nodes.
-func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
 	s, err := b.lookup(req.ID)
 	if err != nil {
-		return session.RenewReply{}, fmt.Errorf("zkbackend: renew: %w", err)
+		return driver.RenewReply{}, fmt.Errorf("zkbackend: renew: %w", err)
 	}
 	if err := s.renew(ctx); err != nil {
-		return session.RenewReply{}, fmt.Errorf("zkbackend: renew %s: %w", s.id, err)
+		return driver.RenewReply{}, fmt.Errorf("zkbackend: renew %s: %w", s.id, err)
 	}
 	version, leases := s.ownedSet()
-	reply := session.RenewReply{Remaining: Grant(s.timeout()), Version: version}
+	reply := driver.RenewReply{Remaining: Grant(s.timeout()), Version: version}
 	if req.KnownVersion != version {
 		reply.Full, reply.Leases = true, leases
 	}
@@ -202,13 +202,13 @@ func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.
 // Acquire tries each name with one atomic create-ephemeral-and-stat per
 // name, in parallel on the session's connection. A name held by another
 // session gets token 0 and an exists watch, which turns its deletion into
-// a [session.Notice].
-func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+// a [driver.Notice].
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	s, err := b.lookup(req.ID)
 	if err != nil {
-		return session.AcquireReply{}, fmt.Errorf("zkbackend: acquire: %w", err)
+		return driver.AcquireReply{}, fmt.Errorf("zkbackend: acquire: %w", err)
 	}
-	results := make([]session.AcquireResult, len(req.Names))
+	results := make([]driver.AcquireResult, len(req.Names))
 	errs := make([]error, len(req.Names))
 	var wg sync.WaitGroup
 	inFlight := make(chan struct{}, maxInFlight)
@@ -231,10 +231,10 @@ func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (sess
 	}
 	wg.Wait()
 	if s.expired.Load() {
-		return session.AcquireReply{}, fmt.Errorf("zkbackend: acquire %s: %w", s.id, session.ErrExpired)
+		return driver.AcquireReply{}, fmt.Errorf("zkbackend: acquire %s: %w", s.id, driver.ErrExpired)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return session.AcquireReply{}, fmt.Errorf("zkbackend: acquire %s: %w", s.id, err)
+		return driver.AcquireReply{}, fmt.Errorf("zkbackend: acquire %s: %w", s.id, err)
 	}
 	b.mu.Lock()
 	for i := range results {
@@ -250,16 +250,16 @@ func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (sess
 		b.highest[r.Name] = r.Token
 	}
 	b.mu.Unlock()
-	return session.AcquireReply{Results: results}, nil
+	return driver.AcquireReply{Results: results}, nil
 }
 
 // Release deletes the lease nodes the session owns under the given tokens.
 // A lease whose token is not the one the session owns the name under is
 // left alone.
-func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error {
+func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error {
 	s, err := b.lookup(req.ID)
 	if err != nil {
-		if errors.Is(err, session.ErrExpired) {
+		if errors.Is(err, driver.ErrExpired) {
 			// The session's ephemeral nodes are gone with it: nothing to do.
 			return nil
 		}
@@ -295,7 +295,7 @@ func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error
 // at once: the server deletes its ephemeral lease nodes and fires the
 // watches of waiting candidates. Closing an unknown or expired session is
 // not an error.
-func (b *Backend) Close(ctx context.Context, id session.ID) error {
+func (b *Backend) Close(ctx context.Context, id driver.ID) error {
 	b.mu.Lock()
 	s, ok := b.sessions[id]
 	delete(b.sessions, id)
@@ -307,7 +307,7 @@ func (b *Backend) Close(ctx context.Context, id session.ID) error {
 }
 
 // Shutdown closes every session the backend has open and waits for its
-// goroutines. The backend answers [session.ErrClosed] afterwards.
+// goroutines. The backend answers [driver.ErrClosed] afterwards.
 func (b *Backend) Shutdown(ctx context.Context) error {
 	b.mu.Lock()
 	b.closed = true
@@ -331,11 +331,11 @@ func (b *Backend) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Subscribe delivers a [session.Notice] whenever a watched lease node is
+// Subscribe delivers a [driver.Notice] whenever a watched lease node is
 // deleted (released, or its owner's session expired at the server), and an
 // empty notice when a session reconnects. Watches are armed by failed
 // acquisitions, on the session that tried.
-func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
+func (b *Backend) Subscribe(fn func(driver.Notice)) (stop func(), err error) {
 	if fn == nil {
 		return nil, fmt.Errorf("%w: Subscribe(nil)", ErrInvalidOption)
 	}
@@ -355,7 +355,7 @@ func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
 	}, nil
 }
 
-func (b *Backend) notify(n session.Notice) {
+func (b *Backend) notify(n driver.Notice) {
 	b.subMu.RLock()
 	defer b.subMu.RUnlock()
 	for _, fn := range b.subs {
@@ -395,7 +395,7 @@ func call[T any](ctx context.Context, b *Backend, f func() (T, error)) (T, error
 		v, err := f()
 		ch <- result{v, err}
 	}) {
-		return zero, session.ErrClosed
+		return zero, driver.ErrClosed
 	}
 	select {
 	case r := <-ch:

@@ -12,7 +12,7 @@ import (
 
 	zkbackend "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 func TestOpenUsesNegotiatedTimeout(t *testing.T) {
@@ -75,28 +75,28 @@ func TestAcquireRenewRelease(t *testing.T) {
 	}
 
 	r1 := renew(t, a, sa.ID)
-	want := []session.Lease{{Name: "x", Token: tx}, {Name: "y", Token: res[1].Token}}
+	want := []driver.Lease{{Name: "x", Token: tx}, {Name: "y", Token: res[1].Token}}
 	if !r1.Full || r1.Version == r0.Version || !equalLeases(r1.Leases, want) {
 		t.Fatalf("renew after acquire = %+v, want full %v with a new version", r1, want)
 	}
-	r2, err := a.Renew(ctxT(t, 5*time.Second), session.RenewRequest{ID: sa.ID, KnownVersion: r1.Version})
+	r2, err := a.Renew(ctxT(t, 5*time.Second), driver.RenewRequest{ID: sa.ID, KnownVersion: r1.Version})
 	if err != nil || r2.Full || r2.Version != r1.Version {
 		t.Fatalf("renew with known version = %+v, %v; want not full, same version", r2, err)
 	}
 
 	// A stale release (wrong token) is a no-op.
-	if err := a.Release(ctxT(t, 5*time.Second), session.ReleaseRequest{ID: sa.ID, Leases: []session.Lease{{Name: "x", Token: tx - 1}}}); err != nil {
+	if err := a.Release(ctxT(t, 5*time.Second), driver.ReleaseRequest{ID: sa.ID, Leases: []driver.Lease{{Name: "x", Token: tx - 1}}}); err != nil {
 		t.Fatalf("stale Release: %v", err)
 	}
 	// Another session's release of a's lease is a no-op too.
-	if err := b.Release(ctxT(t, 5*time.Second), session.ReleaseRequest{ID: sb.ID, Leases: []session.Lease{{Name: "x", Token: tx}}}); err != nil {
+	if err := b.Release(ctxT(t, 5*time.Second), driver.ReleaseRequest{ID: sb.ID, Leases: []driver.Lease{{Name: "x", Token: tx}}}); err != nil {
 		t.Fatalf("foreign Release: %v", err)
 	}
 	if other := acquire(t, b, sb.ID, "x"); other[0].Token != 0 {
 		t.Fatalf("x taken by b after no-op releases: %+v", other[0])
 	}
 
-	if err := a.Release(ctxT(t, 5*time.Second), session.ReleaseRequest{ID: sa.ID, Leases: []session.Lease{{Name: "x", Token: tx}}}); err != nil {
+	if err := a.Release(ctxT(t, 5*time.Second), driver.ReleaseRequest{ID: sa.ID, Leases: []driver.Lease{{Name: "x", Token: tx}}}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	r3 := renew(t, a, sa.ID)
@@ -130,7 +130,7 @@ func TestCloseEndsSessionAndFreesLeases(t *testing.T) {
 	if got := acquire(t, b, sb.ID, "x")[0].Token; got <= tok {
 		t.Fatalf("token after close = %d, want > %d", got, tok)
 	}
-	if _, err := a.Renew(ctxT(t, 5*time.Second), session.RenewRequest{ID: sa.ID}); !errors.Is(err, session.ErrExpired) {
+	if _, err := a.Renew(ctxT(t, 5*time.Second), driver.RenewRequest{ID: sa.ID}); !errors.Is(err, driver.ErrExpired) {
 		t.Fatalf("Renew after Close = %v, want ErrExpired", err)
 	}
 	if err := a.Close(ctxT(t, 5*time.Second), sa.ID); err != nil {
@@ -148,7 +148,7 @@ func TestReleaseBroadcastsThroughWatch(t *testing.T) {
 	if got := acquire(t, b, sb.ID, "x")[0].Token; got != 0 {
 		t.Fatalf("b acquired a held lease: %d", got)
 	}
-	if err := a.Release(ctxT(t, 5*time.Second), session.ReleaseRequest{ID: sa.ID, Leases: []session.Lease{{Name: "x", Token: tok}}}); err != nil {
+	if err := a.Release(ctxT(t, 5*time.Second), driver.ReleaseRequest{ID: sa.ID, Leases: []driver.Lease{{Name: "x", Token: tok}}}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -166,12 +166,12 @@ func TestReleaseBroadcastsThroughWatch(t *testing.T) {
 
 func TestUnknownSessionIsExpired(t *testing.T) {
 	b := newBackend(t, standalone(t), newRoot(t))
-	_, err := b.Renew(ctxT(t, 5*time.Second), session.RenewRequest{ID: "0x0000000000000001"})
-	if !errors.Is(err, session.ErrExpired) {
+	_, err := b.Renew(ctxT(t, 5*time.Second), driver.RenewRequest{ID: "0x0000000000000001"})
+	if !errors.Is(err, driver.ErrExpired) {
 		t.Fatalf("Renew(unknown) = %v, want ErrExpired", err)
 	}
-	_, err = b.Acquire(ctxT(t, 5*time.Second), session.AcquireRequest{ID: "nope", Names: []string{"x"}})
-	if !errors.Is(err, session.ErrExpired) {
+	_, err = b.Acquire(ctxT(t, 5*time.Second), driver.AcquireRequest{ID: "nope", Names: []string{"x"}})
+	if !errors.Is(err, driver.ErrExpired) {
 		t.Fatalf("Acquire(unknown) = %v, want ErrExpired", err)
 	}
 }
@@ -212,7 +212,7 @@ func (c countingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-func equalLeases(a, b []session.Lease) bool {
+func equalLeases(a, b []driver.Lease) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -258,11 +258,11 @@ func TestLargeBatch(t *testing.T) {
 	if n := writes.Load() - before; n != 1 {
 		t.Fatalf("Renew with %d leases sent %d requests (besides background exists), want 1", len(names), n)
 	}
-	leases := make([]session.Lease, len(res))
+	leases := make([]driver.Lease, len(res))
 	for i, r := range res {
-		leases[i] = session.Lease{Name: r.Name, Token: r.Token}
+		leases[i] = driver.Lease{Name: r.Name, Token: r.Token}
 	}
-	if err := b.Release(ctxT(t, 30*time.Second), session.ReleaseRequest{ID: s.ID, Leases: leases}); err != nil {
+	if err := b.Release(ctxT(t, 30*time.Second), driver.ReleaseRequest{ID: s.ID, Leases: leases}); err != nil {
 		t.Fatal(err)
 	}
 	if rr := renew(t, b, s.ID); len(rr.Leases) != 0 {
@@ -278,7 +278,7 @@ func TestOpenNoServerHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := b.Open(ctx, session.OpenRequest{LeaseDuration: 2 * time.Second})
+	_, err := b.Open(ctx, driver.OpenRequest{LeaseDuration: 2 * time.Second})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Open with no server = %v, want context.DeadlineExceeded", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // Benchmarks run against the shared standalone server (SIMBA_ZK_SERVERS);
@@ -26,11 +26,11 @@ func BenchmarkUncontended(b *testing.B) {
 		names := []string{"x"}
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			r, err := be.Acquire(ctx, session.AcquireRequest{ID: s.ID, Names: names})
+			r, err := be.Acquire(ctx, driver.AcquireRequest{ID: s.ID, Names: names})
 			if err != nil || r.Results[0].Token == 0 {
 				b.Fatalf("Acquire: %+v, %v", r, err)
 			}
-			if err := be.Release(ctx, session.ReleaseRequest{ID: s.ID, Leases: []session.Lease{{Name: "x", Token: r.Results[0].Token}}}); err != nil {
+			if err := be.Release(ctx, driver.ReleaseRequest{ID: s.ID, Leases: []driver.Lease{{Name: "x", Token: r.Results[0].Token}}}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -63,11 +63,11 @@ func BenchmarkUncontendedInterleaved(b *testing.B) {
 	ctx := context.Background()
 	names, raw := []string{"x"}, root+"/raw"
 	simbaOp := func() {
-		r, err := be.Acquire(ctx, session.AcquireRequest{ID: s.ID, Names: names})
+		r, err := be.Acquire(ctx, driver.AcquireRequest{ID: s.ID, Names: names})
 		if err != nil || r.Results[0].Token == 0 {
 			b.Fatalf("Acquire: %+v, %v", r, err)
 		}
-		if err := be.Release(ctx, session.ReleaseRequest{ID: s.ID, Leases: []session.Lease{{Name: "x", Token: r.Results[0].Token}}}); err != nil {
+		if err := be.Release(ctx, driver.ReleaseRequest{ID: s.ID, Leases: []driver.Lease{{Name: "x", Token: r.Results[0].Token}}}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -115,7 +115,7 @@ func BenchmarkRenew(b *testing.B) {
 		ctx := context.Background()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			if _, err := be.Renew(ctx, session.RenewRequest{ID: s.ID, KnownVersion: 1}); err != nil {
+			if _, err := be.Renew(ctx, driver.RenewRequest{ID: s.ID, KnownVersion: 1}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -144,9 +144,9 @@ func BenchmarkHandover(b *testing.B) {
 	n1, n2 := notices(b, be1, "x"), notices(b, be2, "x")
 	ctx := context.Background()
 	type side struct {
-		be      interface{ session.Backend }
-		id      session.ID
-		notices <-chan session.Notice
+		be      interface{ driver.Backend }
+		id      driver.ID
+		notices <-chan driver.Notice
 	}
 	holder, cand := side{be1, s1.ID, n1}, side{be2, s2.ID, n2}
 	tok := acquire(b, be1, s1.ID, "x")[0].Token
@@ -157,14 +157,14 @@ func BenchmarkHandover(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		// The candidate's failed attempt arms its watch.
-		if r, err := cand.be.Acquire(ctx, session.AcquireRequest{ID: cand.id, Names: []string{"x"}}); err != nil || r.Results[0].Token != 0 {
+		if r, err := cand.be.Acquire(ctx, driver.AcquireRequest{ID: cand.id, Names: []string{"x"}}); err != nil || r.Results[0].Token != 0 {
 			b.Fatalf("candidate acquire: %+v, %v", r, err)
 		}
 		for len(cand.notices) > 0 {
 			<-cand.notices // stale notices from earlier rounds
 		}
 		start := time.Now()
-		if err := holder.be.Release(ctx, session.ReleaseRequest{ID: holder.id, Leases: []session.Lease{{Name: "x", Token: tok}}}); err != nil {
+		if err := holder.be.Release(ctx, driver.ReleaseRequest{ID: holder.id, Leases: []driver.Lease{{Name: "x", Token: tok}}}); err != nil {
 			b.Fatal(err)
 		}
 		select {
@@ -172,7 +172,7 @@ func BenchmarkHandover(b *testing.B) {
 		case <-time.After(5 * time.Second):
 			b.Fatal("no notice within 5s")
 		}
-		r, err := cand.be.Acquire(ctx, session.AcquireRequest{ID: cand.id, Names: []string{"x"}})
+		r, err := cand.be.Acquire(ctx, driver.AcquireRequest{ID: cand.id, Names: []string{"x"}})
 		if err != nil || r.Results[0].Token <= tok {
 			b.Fatalf("candidate takeover: %+v, %v", r, err)
 		}
@@ -222,7 +222,7 @@ func crashFailover(b *testing.B, timeout time.Duration) {
 		select {
 		case <-freed:
 		case <-time.After(3 * timeout):
-			_, err := cb.Renew(context.Background(), session.RenewRequest{ID: cs.ID})
+			_, err := cb.Renew(context.Background(), driver.RenewRequest{ID: cs.ID})
 			b.Fatalf("no takeover within 3 timeouts (candidate session renew: %v)", err)
 		}
 		tok := acquire(b, cb, cs.ID, "x")[0].Token
@@ -231,7 +231,7 @@ func crashFailover(b *testing.B, timeout time.Duration) {
 			b.Fatal("candidate did not win after the notice")
 		}
 		ratios = append(ratios, el*1000/timeout)
-		if err := cb.Release(context.Background(), session.ReleaseRequest{ID: cs.ID, Leases: []session.Lease{{Name: "x", Token: tok}}}); err != nil {
+		if err := cb.Release(context.Background(), driver.ReleaseRequest{ID: cs.ID, Leases: []driver.Lease{{Name: "x", Token: tok}}}); err != nil {
 			b.Fatal(err)
 		}
 	}

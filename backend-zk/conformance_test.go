@@ -5,8 +5,8 @@ import (
 	"time"
 
 	zkbackend "github.com/simba-go/simba/backend-zk"
-	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/session/backendtest"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // conformance runs the kit against srv. The backend grants 5/12 of the
@@ -15,7 +15,7 @@ import (
 func conformance(t *testing.T, srv []string) {
 	const lease = 2 * time.Second
 	backendtest.Run(t, backendtest.Config{
-		NewBackend: func(t *testing.T, namespace string) session.Backend {
+		NewBackend: func(t *testing.T, namespace string) driver.Backend {
 			return newBackend(t, srv, "/simba-test/kit/"+namespace)
 		},
 		Lease:       lease,

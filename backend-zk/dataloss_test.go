@@ -8,7 +8,7 @@ import (
 	"time"
 
 	zkbackend "github.com/simba-go/simba/backend-zk"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // An ensemble rebuilt from empty disks restarts its zxids low, so czxid
@@ -24,7 +24,7 @@ func TestTokensNeverGoBackwardsAfterDataLoss(t *testing.T) {
 	for range 20 {
 		r := acquire(t, b, sess.ID, "jobs")
 		high = r[0].Token
-		if err := b.Release(ctxT(t, 10*time.Second), session.ReleaseRequest{ID: sess.ID, Leases: []session.Lease{{Name: "jobs", Token: high}}}); err != nil {
+		if err := b.Release(ctxT(t, 10*time.Second), driver.ReleaseRequest{ID: sess.ID, Leases: []driver.Lease{{Name: "jobs", Token: high}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -40,13 +40,13 @@ func TestTokensNeverGoBackwardsAfterDataLoss(t *testing.T) {
 	srv.waitServing(60 * time.Second)
 
 	// The old session is gone with the data; a new one acquires the name.
-	var after session.OpenReply
+	var after driver.OpenReply
 	waitUntil(t, 30*time.Second, "a new session on the rebuilt server", func() bool {
-		reply, err := b.Open(ctxT(t, 5*time.Second), session.OpenRequest{LeaseDuration: 2 * time.Second})
+		reply, err := b.Open(ctxT(t, 5*time.Second), driver.OpenRequest{LeaseDuration: 2 * time.Second})
 		after = reply
 		return err == nil
 	})
-	res, err := b.Acquire(ctxT(t, 10*time.Second), session.AcquireRequest{ID: after.ID, Names: []string{"jobs"}})
+	res, err := b.Acquire(ctxT(t, 10*time.Second), driver.AcquireRequest{ID: after.ID, Names: []string{"jobs"}})
 	if err != nil {
 		t.Fatalf("Acquire after the loss: %v", err)
 	}

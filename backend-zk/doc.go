@@ -5,7 +5,7 @@
 // # Sessions
 //
 // [Backend.Open] dials a new connection and so opens a new ZooKeeper
-// session; its id (as 0x%016x) is the session's [session.ID]. One Backend
+// session; its id (as 0x%016x) is the session's [driver.ID]. One Backend
 // serves any number of sessions at once, one connection each; a process
 // normally opens one (docs/adr/0043-zk-sessions.md). ZooKeeper
 // clamps the requested timeout to the server's [minSessionTimeout,
@@ -22,7 +22,7 @@
 // one on the same connection. The backend does not let it: its dialer
 // refuses to reconnect once a connect response reports the session expired,
 // the connection is closed, and the session id answers
-// [session.ErrExpired] from then on, so the engine opens a new session.
+// [driver.ErrExpired] from then on, so the engine opens a new session.
 //
 // go-zookeeper's own pings would keep a ZooKeeper session alive for as long
 // as its connection lasts, renewed by Simba or not. A watchdog therefore
@@ -44,7 +44,7 @@
 //
 // A failed acquisition arms an exists watch on the holder's node; its
 // deletion (a release, or the holder's session expiring at the server)
-// reaches [Backend.Subscribe] subscribers at once as a [session.Notice].
+// reaches [Backend.Subscribe] subscribers at once as a [driver.Notice].
 //
 // # Security
 //

@@ -9,7 +9,9 @@ import (
 
 	zkbackend "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/term"
 )
 
@@ -94,7 +96,7 @@ func (e events) next(t testing.TB, kind session.EventKind, within time.Duration)
 	}
 }
 
-func openEngine(t testing.TB, b session.Backend, lease time.Duration) (*session.Session, events) {
+func openEngine(t testing.TB, b driver.Backend, lease time.Duration) (*session.Session, events) {
 	t.Helper()
 	ev := make(events, 4096)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -113,11 +115,11 @@ func openEngine(t testing.TB, b session.Backend, lease time.Duration) (*session.
 func claimName(t testing.TB, s *session.Session, name string) *claimRec {
 	t.Helper()
 	r := newClaimRec()
-	c, err := s.Claim(name, r)
+	c, err := layer.MustOf(s).Claim(name, r)
 	if err != nil {
 		t.Fatalf("Claim(%q): %v", name, err)
 	}
-	s.Do(func() { c.Want(true) })
+	layer.MustOf(s).Do(func() { c.Want(true) })
 	return r
 }
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // When the server has expired the session while the client was away (here
@@ -61,7 +61,7 @@ func TestReconnectToExpiredSessionIsFinal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	const timeout = time.Second
-	r, err := b.Open(ctx, session.OpenRequest{LeaseDuration: timeout})
+	r, err := b.Open(ctx, driver.OpenRequest{LeaseDuration: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestReconnectToExpiredSessionIsFinal(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("reconnect did not report the session expired within 10s")
 	}
-	if _, err := b.Renew(ctx, session.RenewRequest{ID: r.ID}); !errors.Is(err, session.ErrExpired) {
+	if _, err := b.Renew(ctx, driver.RenewRequest{ID: r.ID}); !errors.Is(err, driver.ErrExpired) {
 		t.Fatalf("Renew after the server expired the session = %v, want ErrExpired", err)
 	}
 	// Shutdown waits for the connection's Close; go-zookeeper would have

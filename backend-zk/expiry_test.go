@@ -7,7 +7,7 @@ import (
 
 	zkbackend "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // A holder whose connection is cut keeps its lease until the server
@@ -59,14 +59,14 @@ func TestCutHolderExpiresAndWatchHandsOver(t *testing.T) {
 	// Back on the network, go-zookeeper reconnects and learns the session
 	// expired: the backend must say so and stay so.
 	waitUntil(t, 10*time.Second, "old session to report ErrExpired", func() bool {
-		_, err := a.Renew(ctxT(t, time.Second), session.RenewRequest{ID: sa.ID})
-		return errors.Is(err, session.ErrExpired)
+		_, err := a.Renew(ctxT(t, time.Second), driver.RenewRequest{ID: sa.ID})
+		return errors.Is(err, driver.ErrExpired)
 	})
 	for i := 0; i < 3; i++ {
-		if _, err := a.Renew(ctxT(t, time.Second), session.RenewRequest{ID: sa.ID}); !errors.Is(err, session.ErrExpired) {
+		if _, err := a.Renew(ctxT(t, time.Second), driver.RenewRequest{ID: sa.ID}); !errors.Is(err, driver.ErrExpired) {
 			t.Fatalf("Renew of the expired session = %v, want ErrExpired forever", err)
 		}
-		if _, err := a.Acquire(ctxT(t, time.Second), session.AcquireRequest{ID: sa.ID, Names: []string{"y"}}); !errors.Is(err, session.ErrExpired) {
+		if _, err := a.Acquire(ctxT(t, time.Second), driver.AcquireRequest{ID: sa.ID, Names: []string{"y"}}); !errors.Is(err, driver.ErrExpired) {
 			t.Fatalf("Acquire on the expired session = %v, want ErrExpired", err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	zkbackend "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/term"
 )
 
@@ -151,8 +152,8 @@ func TestEnsembleServerLostWatchSurvives(t *testing.T) {
 	if got := acquire(t, b, sb.ID, "x")[0].Token; got != 0 {
 		t.Fatalf("b acquired a held lease: %d", got)
 	}
-	all := make(chan session.Notice, 64)
-	stop, err := b.Subscribe(func(n session.Notice) {
+	all := make(chan driver.Notice, 64)
+	stop, err := b.Subscribe(func(n driver.Notice) {
 		select {
 		case all <- n:
 		default:
@@ -182,7 +183,7 @@ func TestEnsembleServerLostWatchSurvives(t *testing.T) {
 	}
 
 	waitUntil(t, 10*time.Second, "a to answer after the server loss", func() bool {
-		return a.Release(ctxT(t, time.Second), session.ReleaseRequest{ID: sa.ID, Leases: []session.Lease{{Name: "x", Token: tok}}}) == nil
+		return a.Release(ctxT(t, time.Second), driver.ReleaseRequest{ID: sa.ID, Leases: []driver.Lease{{Name: "x", Token: tok}}}) == nil
 	})
 	for {
 		select {
@@ -201,7 +202,7 @@ func TestEnsembleServerLostWatchSurvives(t *testing.T) {
 }
 
 // serverOf is the server a session is connected to, from `cons`.
-func serverOf(zks []*zkServer, id session.ID) *zkServer {
+func serverOf(zks []*zkServer, id driver.ID) *zkServer {
 	v, err := strconv.ParseUint(strings.TrimPrefix(string(id), "0x"), 16, 64)
 	if err != nil {
 		return nil

@@ -10,7 +10,10 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
-require github.com/simba-go/simba/term v0.1.0
+require (
+	github.com/simba-go/simba/internal v0.1.0
+	github.com/simba-go/simba/term v0.1.0
+)
 
 replace (
 	github.com/simba-go/simba/deadline => ../deadline
@@ -18,3 +21,5 @@ replace (
 	github.com/simba-go/simba/session => ../session
 	github.com/simba-go/simba/term => ../term
 )
+
+replace github.com/simba-go/simba/internal => ../internal

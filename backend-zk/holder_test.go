@@ -12,7 +12,7 @@ import (
 	"time"
 
 	zkbackend "github.com/simba-go/simba/backend-zk"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // holderEnv makes the test binary run as a lease holder process (see
@@ -31,19 +31,19 @@ func runHolder() int {
 		return 1
 	}
 	ctx := context.Background()
-	s, err := b.Open(ctx, session.OpenRequest{LeaseDuration: 2 * time.Second})
+	s, err := b.Open(ctx, driver.OpenRequest{LeaseDuration: 2 * time.Second})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
-	r, err := b.Acquire(ctx, session.AcquireRequest{ID: s.ID, Names: []string{name}})
+	r, err := b.Acquire(ctx, driver.AcquireRequest{ID: s.ID, Names: []string{name}})
 	if err != nil || r.Results[0].Token == 0 {
 		fmt.Println("error", r, err)
 		return 1
 	}
 	fmt.Println("token", r.Results[0].Token)
 	for range time.Tick(400 * time.Millisecond) {
-		if _, err := b.Renew(ctx, session.RenewRequest{ID: s.ID}); err != nil {
+		if _, err := b.Renew(ctx, driver.RenewRequest{ID: s.ID}); err != nil {
 			fmt.Println("error", err)
 		}
 	}

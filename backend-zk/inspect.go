@@ -12,28 +12,28 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
-var _ session.Inspector = (*Backend)(nil)
+var _ driver.Inspector = (*Backend)(nil)
 
 // leaseData is the data of a lease node: who holds it. Nodes written by
 // earlier releases hold only the session id as text.
 type leaseData struct {
-	Session session.ID    `json:"session"`
-	Owner   session.Owner `json:"owner,omitzero"`
+	Session driver.ID    `json:"session"`
+	Owner   driver.Owner `json:"owner,omitzero"`
 	// TimeoutMS is the holder's negotiated session timeout.
 	TimeoutMS int64 `json:"timeout_ms"`
 }
 
-// Inspect implements [session.Inspector]: it reads the lease nodes (a
+// Inspect implements [driver.Inspector]: it reads the lease nodes (a
 // prefix lists the namespace root's children). A lease node is ephemeral,
 // so it exists only while its holder's ZooKeeper session lives. Remaining
 // is the holder's negotiated session timeout, an upper bound: ZooKeeper
 // does not tell other clients when it last heard from a session. Inspect
 // reads over one of this Backend's open sessions, or over a short-lived
 // connection of its own if none is open.
-func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]session.Holder, error) {
+func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]driver.Holder, error) {
 	names := slices.Clone(req.Names)
 	for _, n := range names {
 		if err := deadline.ValidateName(n); err != nil {
@@ -69,7 +69,7 @@ func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]se
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
-	holders := make([]*session.Holder, len(names))
+	holders := make([]*driver.Holder, len(names))
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
 	inFlight := make(chan struct{}, maxInFlight)
@@ -85,7 +85,7 @@ func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]se
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("zkbackend: inspect: %w", err)
 	}
-	out := make([]session.Holder, 0, len(names))
+	out := make([]driver.Holder, 0, len(names))
 	for _, h := range holders {
 		if h != nil {
 			out = append(out, *h)
@@ -96,7 +96,7 @@ func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]se
 
 // holder reads one lease node; nil if it does not exist (the name is free)
 // or is not an ephemeral node (not a lease).
-func (b *Backend) holder(ctx context.Context, conn *zk.Conn, name string) (*session.Holder, error) {
+func (b *Backend) holder(ctx context.Context, conn *zk.Conn, name string) (*driver.Holder, error) {
 	type res struct {
 		data []byte
 		st   *zk.Stat
@@ -114,7 +114,7 @@ func (b *Backend) holder(ctx context.Context, conn *zk.Conn, name string) (*sess
 	if r.st.EphemeralOwner == 0 || r.st.Czxid <= 0 {
 		return nil, nil
 	}
-	h := &session.Holder{Name: name, Token: uint64(r.st.Czxid), Session: formatID(r.st.EphemeralOwner)}
+	h := &driver.Holder{Name: name, Token: uint64(r.st.Czxid), Session: formatID(r.st.EphemeralOwner)}
 	if len(r.data) > 0 && r.data[0] == '{' {
 		var d leaseData
 		if err := json.Unmarshal(r.data, &d); err != nil {
@@ -132,7 +132,7 @@ func (b *Backend) readConn(ctx context.Context) (conn *zk.Conn, done func(), err
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		return nil, nil, session.ErrClosed
+		return nil, nil, driver.ErrClosed
 	}
 	for _, s := range b.sessions {
 		if c := s.conn.Load(); c != nil && !s.isGone() {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	zkbackend "github.com/simba-go/simba/backend-zk"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"go.uber.org/goleak"
 )
 
@@ -87,18 +87,18 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-func open(t testing.TB, b *zkbackend.Backend, lease time.Duration) session.OpenReply {
+func open(t testing.TB, b *zkbackend.Backend, lease time.Duration) driver.OpenReply {
 	t.Helper()
-	r, err := b.Open(ctxT(t, 10*time.Second), session.OpenRequest{LeaseDuration: lease})
+	r, err := b.Open(ctxT(t, 10*time.Second), driver.OpenRequest{LeaseDuration: lease})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	return r
 }
 
-func acquire(t testing.TB, b *zkbackend.Backend, id session.ID, names ...string) []session.AcquireResult {
+func acquire(t testing.TB, b *zkbackend.Backend, id driver.ID, names ...string) []driver.AcquireResult {
 	t.Helper()
-	r, err := b.Acquire(ctxT(t, 10*time.Second), session.AcquireRequest{ID: id, Names: names})
+	r, err := b.Acquire(ctxT(t, 10*time.Second), driver.AcquireRequest{ID: id, Names: names})
 	if err != nil {
 		t.Fatalf("Acquire(%v): %v", names, err)
 	}
@@ -108,9 +108,9 @@ func acquire(t testing.TB, b *zkbackend.Backend, id session.ID, names ...string)
 	return r.Results
 }
 
-func renew(t testing.TB, b *zkbackend.Backend, id session.ID) session.RenewReply {
+func renew(t testing.TB, b *zkbackend.Backend, id driver.ID) driver.RenewReply {
 	t.Helper()
-	r, err := b.Renew(ctxT(t, 10*time.Second), session.RenewRequest{ID: id})
+	r, err := b.Renew(ctxT(t, 10*time.Second), driver.RenewRequest{ID: id})
 	if err != nil {
 		t.Fatalf("Renew: %v", err)
 	}
@@ -119,10 +119,10 @@ func renew(t testing.TB, b *zkbackend.Backend, id session.ID) session.RenewReply
 
 // notices subscribes to b and returns a channel of the notices for name
 // (and empty ones are dropped).
-func notices(t testing.TB, b *zkbackend.Backend, name string) <-chan session.Notice {
+func notices(t testing.TB, b *zkbackend.Backend, name string) <-chan driver.Notice {
 	t.Helper()
-	ch := make(chan session.Notice, 64)
-	stop, err := b.Subscribe(func(n session.Notice) {
+	ch := make(chan driver.Notice, 64)
+	stop, err := b.Subscribe(func(n driver.Notice) {
 		if n.Name == name {
 			select {
 			case ch <- n:
@@ -180,7 +180,7 @@ var _ zk.Dialer = (&cutter{}).dial
 // keepAlive renews id every period until the test ends, as the engine
 // would: the backend ends a session that is not renewed within its
 // timeout.
-func keepAlive(t testing.TB, b *zkbackend.Backend, id session.ID, period time.Duration) {
+func keepAlive(t testing.TB, b *zkbackend.Backend, id driver.ID, period time.Duration) {
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -195,9 +195,9 @@ func keepAlive(t testing.TB, b *zkbackend.Backend, id session.ID, period time.Du
 				// A generous call timeout: on a loaded machine a renewal may
 				// take longer than the period, and a missed one is retried.
 				ctx, cancel := context.WithTimeout(context.Background(), 2*period)
-				_, err := b.Renew(ctx, session.RenewRequest{ID: id})
+				_, err := b.Renew(ctx, driver.RenewRequest{ID: id})
 				cancel()
-				if errors.Is(err, session.ErrExpired) || errors.Is(err, session.ErrClosed) {
+				if errors.Is(err, driver.ErrExpired) || errors.Is(err, driver.ErrClosed) {
 					return
 				}
 			}

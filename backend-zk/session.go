@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // zsession is one ZooKeeper session: one *zk.Conn and what the backend
@@ -23,7 +23,7 @@ type zsession struct {
 	log  *slog.Logger // never reassigned: callbacks read it concurrently
 	conn atomic.Pointer[zk.Conn]
 
-	id        session.ID   // set once Open has the session
+	id        driver.ID    // set once Open has the session
 	data      []byte       // the data of its lease nodes (leaseData); set with id
 	sid       atomic.Int64 // ZooKeeper session id from the first connect response
 	timeoutNs atomic.Int64 // negotiated timeout from the latest connect response
@@ -45,11 +45,11 @@ type zsession struct {
 	watchdog  atomic.Pointer[time.Timer] // fires timeout after lastRenew: fireWatchdog
 }
 
-func formatID(sid int64) session.ID {
-	return session.ID(fmt.Sprintf("0x%016x", uint64(sid)))
+func formatID(sid int64) driver.ID {
+	return driver.ID(fmt.Sprintf("0x%016x", uint64(sid)))
 }
 
-func (b *Backend) dialSession(ctx context.Context, lease time.Duration, owner session.Owner) (*zsession, error) {
+func (b *Backend) dialSession(ctx context.Context, lease time.Duration, owner driver.Owner) (*zsession, error) {
 	calledAt := time.Now()
 	s := &zsession{
 		b:         b,
@@ -75,7 +75,7 @@ func (b *Backend) dialSession(ctx context.Context, lease time.Duration, owner se
 	case <-s.ready:
 	case <-s.gone:
 		s.closeAsync()
-		return nil, fmt.Errorf("session ended while connecting: %w", session.ErrExpired)
+		return nil, fmt.Errorf("session ended while connecting: %w", driver.ErrExpired)
 	case <-ctx.Done():
 		s.closeAsync()
 		return nil, fmt.Errorf("connecting to %v: %w", b.servers, context.Cause(ctx))
@@ -149,7 +149,7 @@ func (s *zsession) onEvent(ev zk.Event) {
 			s.mu.Lock()
 			clear(s.armed)
 			s.mu.Unlock()
-			s.b.notify(session.Notice{})
+			s.b.notify(driver.Notice{})
 		case zk.StateExpired:
 			s.markExpired("go-zookeeper reported StateExpired")
 		}
@@ -168,7 +168,7 @@ func (s *zsession) onEvent(ev zk.Event) {
 		s.mu.Unlock()
 		switch {
 		case ev.Type == zk.EventNodeDeleted:
-			s.b.notify(session.Notice{Name: name})
+			s.b.notify(driver.Notice{Name: name})
 		case own:
 			// Something else fired (and used up) the watch on our own
 			// node: arm it again so a deletion is still seen.
@@ -257,11 +257,11 @@ func (s *zsession) classify(err error) error {
 		return nil
 	case errors.Is(err, zk.ErrSessionExpired):
 		s.markExpired("request answered session expired")
-		return fmt.Errorf("%w (%w)", session.ErrExpired, err)
+		return fmt.Errorf("%w (%w)", driver.ErrExpired, err)
 	case s.expired.Load():
-		return fmt.Errorf("%w (%w)", session.ErrExpired, err)
+		return fmt.Errorf("%w (%w)", driver.ErrExpired, err)
 	case s.closed.Load():
-		return fmt.Errorf("%w (%w)", session.ErrClosed, err)
+		return fmt.Errorf("%w (%w)", driver.ErrClosed, err)
 	}
 	return err
 }
@@ -417,14 +417,14 @@ func (s *zsession) resolve(ctx context.Context) error {
 	return nil
 }
 
-func (s *zsession) ownedSet() (uint64, []session.Lease) {
+func (s *zsession) ownedSet() (uint64, []driver.Lease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	leases := make([]session.Lease, 0, len(s.owned))
+	leases := make([]driver.Lease, 0, len(s.owned))
 	for n, t := range s.owned {
-		leases = append(leases, session.Lease{Name: n, Token: t})
+		leases = append(leases, driver.Lease{Name: n, Token: t})
 	}
-	slices.SortFunc(leases, func(a, b session.Lease) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(leases, func(a, b driver.Lease) int { return strings.Compare(a.Name, b.Name) })
 	return s.version, leases
 }
 
@@ -569,7 +569,7 @@ func (s *zsession) watchOwn(name string, tok uint64) {
 }
 
 // release deletes one lease node if the session owns it under l.Token.
-func (s *zsession) release(ctx context.Context, l session.Lease) error {
+func (s *zsession) release(ctx context.Context, l driver.Lease) error {
 	path := s.b.root + "/" + l.Name
 	s.mu.Lock()
 	tok, own := s.owned[l.Name]
@@ -605,7 +605,7 @@ func (s *zsession) release(ctx context.Context, l session.Lease) error {
 			continue
 		}
 		err = s.classify(err)
-		if errors.Is(err, session.ErrExpired) {
+		if errors.Is(err, driver.ErrExpired) {
 			return nil // the node went with the session
 		}
 		return err

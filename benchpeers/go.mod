@@ -35,9 +35,12 @@ require (
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/simba-go/simba/election v0.1.0 // indirect
+	github.com/simba-go/simba/internal v0.1.0
 	github.com/simba-go/simba/term v0.1.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.43.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
+
+replace github.com/simba-go/simba/internal => ../internal

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/simba-go/simba/internal/layer"
+
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/term"
 )
@@ -64,7 +66,8 @@ func (s Status) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 // to a Listener. Create it with [Start].
 type Election struct {
 	s        *session.Session
-	c        *session.Claim
+	eng      layer.Engine // the session's engine hooks
+	c        layer.Claim
 	name     string
 	listener Listener
 	queue    *serial
@@ -111,6 +114,13 @@ type handover struct {
 // started on s, and with an error wrapping deadline.ErrInvalidName for an
 // invalid name.
 func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
+	if s == nil {
+		return nil, errors.New("simba: start election: nil Session")
+	}
+	eng, ok := layer.Of(s)
+	if !ok {
+		return nil, errors.New("simba: start election: Session not built by session.New or session.Open")
+	}
 	o := options{exec: Goroutines{}, kind: "election"}
 	for _, opt := range opts {
 		opt(&o)
@@ -121,9 +131,10 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 	}
 	e := &Election{
 		s:         s,
+		eng:       eng,
 		name:      name,
 		listener:  o.listener,
-		queue:     &serial{s: s, exec: o.exec, quiet: quiet},
+		queue:     &serial{eng: eng, exec: o.exec, quiet: quiet},
 		tasks:     o.tasks,
 		oneTerm:   o.oneTerm,
 		kind:      o.kind,
@@ -132,14 +143,14 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 		onWon:     o.onWon,
 	}
 	e.spawn = e.goTask
-	c, err := s.Claim(name, e)
+	c, err := eng.Claim(name, handler{e})
 	if err != nil {
 		return nil, fmt.Errorf("simba: start election: %w", err)
 	}
 	e.c = c
 	e.queue.owner = c
 	closed := false
-	s.Do(func() {
+	eng.Do(func() {
 		if closed = e.closed; closed {
 			return // the session closed between Claim and now
 		}
@@ -161,7 +172,7 @@ func (e *Election) Session() *session.Session { return e.s }
 // Status is the election's state.
 func (e *Election) Status() Status {
 	var st Status
-	e.s.Do(func() { st = e.status })
+	e.eng.Do(func() { st = e.status })
 	return st
 }
 
@@ -169,7 +180,7 @@ func (e *Election) Status() Status {
 // acting on it; pass its token to the resources you write.
 func (e *Election) Term() *term.Term {
 	var t *term.Term
-	e.s.Do(func() {
+	e.eng.Do(func() {
 		if e.status == Leader {
 			t = e.term
 		}
@@ -177,18 +188,26 @@ func (e *Election) Term() *term.Term {
 	return t
 }
 
-// Refused is called by the session when an attempt did not win.
-func (e *Election) Refused(err error) {
+// handler receives the claim's news from the engine; its methods are the
+// layer's, not the election's API (a user calling them would corrupt the
+// election's state).
+type handler struct{ e *Election }
+
+func (h handler) Won(t *term.Term)                            { h.e.won(t) }
+func (h handler) Lost(t *term.Term, reason term.RevokeReason) { h.e.lost(t, reason) }
+func (h handler) Closed()                                     { h.e.sessionClosed() }
+func (h handler) Refused(err error)                           { h.e.attemptRefused(err) }
+func (h handler) Describe() (kind, status string)             { return h.e.kind, h.e.status.String() }
+
+// attemptRefused is called by the session when an attempt did not win.
+func (e *Election) attemptRefused(err error) {
 	if e.onAttempt != nil {
 		e.onAttempt(err)
 	}
 }
 
-// Describe reports the election in the session's Snapshot.
-func (e *Election) Describe() (kind, status string) { return e.kind, e.status.String() }
-
-// Won is called by the session when a term begins.
-func (e *Election) Won(t *term.Term) {
+// won is called by the session when a term begins.
+func (e *Election) won(t *term.Term) {
 	if e.status != Candidate || e.stopping != nil {
 		// Not competing any more (a step-down raced the reply): give it back.
 		e.c.Release(term.SteppedDown, nil)
@@ -202,11 +221,11 @@ func (e *Election) Won(t *term.Term) {
 	e.term = t
 	e.ts = ts
 	e.running = 0
-	e.s.Defer(func() {
+	e.eng.Defer(func() {
 		e.queue.push(item{
 			run: func() {
 				e.listener.OnElected(t)
-				e.s.Do(func() { e.startTasks(t) })
+				e.eng.Do(func() { e.startTasks(t) })
 			},
 			refused: func(err error) {
 				ts.refused.Store(true)
@@ -220,7 +239,7 @@ func (e *Election) Won(t *term.Term) {
 // the term, so its task never starts and its OnRevoked is not delivered;
 // the election steps down for one lease duration.
 func (e *Election) refused(t *term.Term, err error) {
-	e.s.Do(func() {
+	e.eng.Do(func() {
 		if e.onRefuse != nil {
 			e.onRefuse(err)
 		}
@@ -238,9 +257,9 @@ func (e *Election) refused(t *term.Term, err error) {
 	})
 }
 
-// Lost is called by the session when a term ends involuntarily (or the
+// lost is called by the session when a term ends involuntarily (or the
 // session closed).
-func (e *Election) Lost(t *term.Term, reason term.RevokeReason) {
+func (e *Election) lost(t *term.Term, reason term.RevokeReason) {
 	if h := e.hand; h != nil && h.t == t {
 		// A voluntary handover was waiting for the task: the lease is gone,
 		// so there is nothing left to release.
@@ -262,8 +281,9 @@ func (e *Election) Lost(t *term.Term, reason term.RevokeReason) {
 	}
 }
 
-// Closed is called by the session when it closes: the election is over.
-func (e *Election) Closed() {
+// sessionClosed is called by the session when it closes: the election is
+// over.
+func (e *Election) sessionClosed() {
 	e.closed = true
 	e.stopCooldown()
 	e.status = Stopped
@@ -283,7 +303,7 @@ func (e *Election) revoked(ts *termState, reason term.RevokeReason) {
 			e.listener.OnRevoked(ts.t, reason)
 		}
 	}
-	e.s.Defer(func() {
+	e.eng.Defer(func() {
 		e.queue.push(item{run: run, refused: func(error) { e.queue.inside(true, run) }})
 	})
 }
@@ -326,7 +346,7 @@ func (e *Election) wait(ctx context.Context, done <-chan struct{}) error {
 		return nil
 	default:
 	}
-	if e.s.WouldWaitForSelf(ctx, e.c) {
+	if e.eng.WouldWaitForSelf(ctx, e.c) {
 		return ErrWouldBlockSelf
 	}
 	select {
@@ -340,7 +360,7 @@ func (e *Election) wait(ctx context.Context, done <-chan struct{}) error {
 // stop starts the stop and returns a channel closed when it completes.
 func (e *Election) stop() <-chan struct{} {
 	var ch chan struct{}
-	e.s.Do(func() {
+	e.eng.Do(func() {
 		if e.stopping != nil {
 			ch = e.stopping
 			return
@@ -352,7 +372,7 @@ func (e *Election) stop() <-chan struct{} {
 		e.c.Want(false)
 		finish := func() {
 			e.c.Drop()
-			e.s.Defer(func() {
+			e.eng.Defer(func() {
 				e.queue.whenIdle(func() {
 					e.queue.close()
 					close(ch)
@@ -369,7 +389,7 @@ func (e *Election) stop() <-chan struct{} {
 func (e *Election) stepDown(cooldown time.Duration) (done <-chan struct{}, stopped bool) {
 	ch := make(chan struct{})
 	done = ch
-	e.s.Do(func() {
+	e.eng.Do(func() {
 		if e.stopping != nil {
 			// Complete with the stop, which may still be delivering
 			// OnRevoked.
@@ -385,7 +405,7 @@ func (e *Election) stepDown(cooldown time.Duration) (done <-chan struct{}, stopp
 			return
 		}
 		finish := func() {
-			e.s.Defer(func() { e.queue.whenIdle(func() { close(ch) }) })
+			e.eng.Defer(func() { e.queue.whenIdle(func() { close(ch) }) })
 		}
 		if e.oneTerm {
 			// Single-term is terminal: the term handed over, the name is
@@ -453,7 +473,7 @@ func (e *Election) handOver(reason term.RevokeReason, finish func()) bool {
 		h.done()
 		return true
 	}
-	h.bound = e.s.Env().AfterFunc(bound, func() { e.s.Do(h.done) })
+	h.bound = e.eng.AfterFunc(bound, func() { e.eng.Do(h.done) })
 	return true
 }
 
@@ -461,8 +481,8 @@ func (e *Election) enterCooldown(d time.Duration) {
 	e.stopCooldown()
 	e.status = Cooldown
 	e.c.Want(false)
-	e.cooldown = e.s.Env().AfterFunc(d, func() {
-		e.s.Do(func() {
+	e.cooldown = e.eng.AfterFunc(d, func() {
+		e.eng.Do(func() {
 			if e.status != Cooldown {
 				return
 			}
@@ -493,7 +513,7 @@ func (e *Election) startTasks(t *term.Term) {
 	for _, task := range e.tasks {
 		e.running++
 		e.spawn(t, task, func() {
-			e.s.Do(func() {
+			e.eng.Do(func() {
 				if e.term == t || e.hand != nil && e.hand.t == t {
 					e.running--
 					if e.running == 0 && e.hand != nil && e.hand.t == t {
@@ -514,13 +534,13 @@ func (e *Election) goTask(t *term.Term, task Task, done func()) {
 	}
 	e.live[lt] = struct{}{}
 	e.tasksMu.Unlock()
-	env := e.s.Env()
+	eng := e.eng
 	stopWatch := context.AfterFunc(t.Context(), func() {
 		e.tasksMu.Lock()
-		lt.ended = env.Now()
+		lt.ended = eng.Now()
 		e.tasksMu.Unlock()
 	})
-	e.s.Go(e.c, func() {
+	e.eng.Go(e.c, func() {
 		defer done()
 		defer func() {
 			stopWatch()
@@ -542,7 +562,7 @@ type liveTask struct{ ended time.Time }
 // that runs on may act without being leader, which a health check reports
 // (package election/health).
 func (e *Election) Overrun() time.Duration {
-	now := e.s.Env().Now()
+	now := e.eng.Now()
 	e.tasksMu.Lock()
 	defer e.tasksMu.Unlock()
 	var longest time.Duration

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/simba-go/simba/internal/layer"
+
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/session"
 )
@@ -147,5 +149,8 @@ func observe(ctx context.Context, s *session.Session, name string) (Observation,
 // timerOn returns a channel closed d from now on the session's clock.
 func timerOn(s *session.Session, d time.Duration) (<-chan struct{}, func() bool) {
 	ch := make(chan struct{})
-	return ch, s.Env().AfterFunc(d, func() { close(ch) })
+	if eng, ok := layer.Of(s); ok {
+		return ch, eng.AfterFunc(d, func() { close(ch) })
+	}
+	return ch, time.AfterFunc(d, func() { close(ch) }).Stop
 }

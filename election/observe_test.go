@@ -11,12 +11,13 @@ import (
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // inspectOnly hides the memory backend's release notices: observers poll.
 type inspectOnly struct {
 	session.Backend
-	session.Inspector
+	driver.Inspector
 }
 
 // collect reads observations into a slice until the channel closes.

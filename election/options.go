@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/term"
 )
 
@@ -130,8 +130,8 @@ func SingleTerm(kind string) Option {
 func after(ctx context.Context, d time.Duration) (<-chan struct{}, func() bool) {
 	ch := make(chan struct{})
 	fire := func() { close(ch) }
-	if s := session.FromContext(ctx); s != nil {
-		return ch, s.Env().AfterFunc(d, fire)
+	if eng, ok := layer.FromContext(ctx); ok {
+		return ch, eng.AfterFunc(d, fire)
 	}
 	return ch, time.AfterFunc(d, fire).Stop
 }

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/internal/layer"
 )
 
 // Executor runs callbacks. Execute may refuse a callback by returning an
@@ -46,10 +46,10 @@ var ErrRefused = errors.New("simba: executor refused the callback")
 // executor, with no engine lock held. An item whose run is refused by the
 // executor is skipped and its refused function called instead.
 type serial struct {
-	s     *session.Session
+	eng   layer.Engine
 	exec  Executor
-	owner *session.Claim // the election's claim: whose callbacks these are
-	quiet bool           // no user listener: callbacks run nothing of the user's
+	owner layer.Claim // the election's claim: whose callbacks these are
+	quiet bool        // no user listener: callbacks run nothing of the user's
 
 	mu      sync.Mutex
 	items   []item
@@ -101,7 +101,7 @@ func (q *serial) next() {
 		// finished before Execute returned (a direct executor), else the
 		// goroutine that ran it.
 		var handoff atomic.Int32
-		release := q.s.Hold()
+		release := q.eng.Hold()
 		_, loop := q.exec.(Direct)
 		err := q.exec.Execute(func() {
 			defer release()
@@ -144,5 +144,5 @@ func (q *serial) inside(loop bool, f func()) {
 		f()
 		return
 	}
-	q.s.Inside(q.owner, loop, f)
+	q.eng.Inside(q.owner, loop, f)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 	"github.com/simba-go/simba/term"
 )
@@ -23,7 +24,7 @@ type countAcquires struct {
 	calls, names atomic.Int64
 }
 
-func (c *countAcquires) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+func (c *countAcquires) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	c.calls.Add(1)
 	c.names.Add(int64(len(req.Names)))
 	return c.Backend.Acquire(ctx, req)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 	"github.com/simba-go/simba/term"
 )
@@ -317,9 +318,9 @@ type simBackend struct {
 	n *simNode
 }
 
-func (b simBackend) Subscribe(fn func(session.Notice)) (func(), error) {
+func (b simBackend) Subscribe(fn func(driver.Notice)) (func(), error) {
 	w := b.n.w
-	return b.Backend.Subscribe(func(no session.Notice) {
+	return b.Backend.Subscribe(func(no driver.Notice) {
 		if w.faulty && w.rng.IntN(10) == 0 {
 			return // a lost notice: the next candidate tick covers it
 		}
@@ -506,7 +507,7 @@ func (w *sim) check() {
 func (n *simNode) heldTerm(name string) *term.Term {
 	var t *term.Term
 	if e := n.elections[name]; e != nil {
-		n.s.Do(func() { t = e.c.Term() })
+		e.eng.Do(func() { t = e.c.Term() })
 	}
 	return t
 }

@@ -14,6 +14,7 @@ require (
 )
 
 require (
+	github.com/simba-go/simba/internal v0.1.0
 	go.uber.org/dig v1.19.0 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
 	go.uber.org/zap v1.26.0 // indirect
@@ -28,4 +29,5 @@ replace github.com/simba-go/simba/session => ../session
 
 replace github.com/simba-go/simba/term => ../term
 
+replace github.com/simba-go/simba/internal => ../internal
 replace github.com/simba-go/simba/group => ../group

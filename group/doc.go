@@ -6,7 +6,7 @@
 // A member is a session that joined the group ([Join]). Its membership is
 // an ordinary lease (<group>:m:<member>), so it ends with its session;
 // members see each other by listing the group's leases through the
-// backend's inspection capability (session.Inspector) every candidate
+// backend's inspection capability (driver.Inspector) every candidate
 // tick. From the same view every member computes the same assignment
 // ([Assign]): fair (⌊N/m⌋ or ⌈N/m⌉ each), sticky (a join moves only the new
 // member's share, a leave only the leaver's partitions). Each partition is

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/simba-go/simba/internal/layer"
+
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/session"
@@ -41,6 +43,7 @@ const (
 // [Join]; every group lives and ends with its session.
 type Group struct {
 	s        *session.Session
+	eng      layer.Engine // the session's engine hooks
 	name     string
 	n        int
 	id       string
@@ -49,7 +52,7 @@ type Group struct {
 	onError  func(error)
 	queue    *serial
 	spawn    func(p int, t *term.Term, task Task, done func())
-	member   *session.Claim
+	member   layer.Claim
 
 	// Guarded by the session's lock (session.Do).
 	joined     bool // the member record is held
@@ -80,6 +83,13 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 	if err := validate(name, partitions); err != nil {
 		return nil, err
 	}
+	if s == nil {
+		return nil, fmt.Errorf("simba: join group %q: nil Session", name)
+	}
+	eng, ok := layer.Of(s)
+	if !ok {
+		return nil, fmt.Errorf("simba: join group %q: Session not built by session.New or session.Open", name)
+	}
 	o := options{exec: election.Goroutines{}}
 	for _, opt := range opts {
 		opt(&o)
@@ -90,7 +100,7 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 	if o.memberID == "" {
 		// From the session's Env: random in production, seeded in the
 		// simulation.
-		o.memberID = fmt.Sprintf("%013x", uint64(s.Env().Jitter()*(1<<52)))
+		o.memberID = fmt.Sprintf("%013x", uint64(eng.Jitter()*(1<<52)))
 	} else if err := validateMemberID(o.memberID); err != nil {
 		return nil, err
 	}
@@ -99,24 +109,25 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 	}
 	g := &Group{
 		s:        s,
+		eng:      eng,
 		name:     name,
 		n:        partitions,
 		id:       o.memberID,
 		listener: o.listener,
 		tasks:    o.tasks,
 		onError:  o.onError,
-		queue:    &serial{s: s, exec: o.exec},
+		queue:    &serial{eng: eng, exec: o.exec},
 		parts:    make([]*part, partitions),
 	}
 	g.spawn = g.goTask
 	g.queue.owner = g
-	c, err := s.Claim(g.memberName(), memberHandler{g})
+	c, err := eng.Claim(g.memberName(), memberHandler{g})
 	if err != nil {
 		return nil, fmt.Errorf("simba: join group %q: %w", name, err)
 	}
 	g.member = c
 	closed := false
-	s.Do(func() {
+	eng.Do(func() {
 		c.SetOwner(g)
 		if closed = g.closed; !closed {
 			c.Want(true)
@@ -210,7 +221,7 @@ func ParsePartitionLease(leaseName string) (groupName string, partition int, ok 
 // resources you write.
 func (g *Group) Terms() map[int]*term.Term {
 	out := make(map[int]*term.Term)
-	g.s.Do(func() {
+	g.eng.Do(func() {
 		for _, pt := range g.parts {
 			if pt != nil && pt.term != nil && pt.term.Valid() {
 				out[pt.p] = pt.term
@@ -242,7 +253,7 @@ type Owned struct {
 // saw and the partitions it owns, with their tokens.
 func (g *Group) Snapshot() Snapshot {
 	var snap Snapshot
-	g.s.Do(func() {
+	g.eng.Do(func() {
 		snap = Snapshot{Name: g.name, Partitions: g.n, Member: g.id, Status: g.status(), Members: append([]string(nil), g.members...), Owned: []Owned{}}
 		for _, pt := range g.parts {
 			if pt != nil && pt.term != nil {
@@ -282,7 +293,7 @@ func (g *Group) Leave(ctx context.Context) error {
 		return nil
 	default:
 	}
-	if g.s.WouldWaitForSelf(ctx, g) {
+	if g.eng.WouldWaitForSelf(ctx, g) {
 		return ErrWouldBlockSelf
 	}
 	select {
@@ -298,7 +309,7 @@ func (g *Group) Close() error { return g.Leave(context.Background()) }
 
 func (g *Group) leave() <-chan struct{} {
 	var ch chan struct{}
-	g.s.Do(func() {
+	g.eng.Do(func() {
 		if g.leaving != nil {
 			ch = g.leaving
 			return
@@ -331,7 +342,7 @@ func (g *Group) checkLeft() {
 		}
 	}
 	ch := g.leaving
-	g.s.Defer(func() {
+	g.eng.Defer(func() {
 		g.queue.whenIdle(func() {
 			g.queue.close()
 			close(ch)
@@ -361,10 +372,10 @@ func (g *Group) armPoll() {
 	if g.closed || g.leaving != nil {
 		return
 	}
-	d := g.s.Config().RetryDelay(g.s.Env().Jitter())
+	d := g.s.Config().RetryDelay(g.eng.Jitter())
 	gen := g.pollGen
-	g.pollStop = g.s.Env().AfterFunc(d, func() {
-		g.s.Do(func() {
+	g.pollStop = g.eng.AfterFunc(d, func() {
+		g.eng.Do(func() {
 			if g.pollGen == gen { // not stopped or re-armed meanwhile
 				g.pollStop = nil
 				g.poll()
@@ -386,7 +397,11 @@ func (g *Group) poll() {
 	}
 	g.inspecting = true
 	g.polls++
-	g.s.InspectLater(session.InspectRequest{Prefix: g.name + ":"}, func(hs []session.Holder, err error) {
+	req := session.InspectRequest{Prefix: g.name + ":"}
+	g.eng.Call(func(ctx context.Context) (any, error) {
+		return g.s.Inspect(ctx, req)
+	}, func(v any, err error) {
+		hs, _ := v.([]session.Holder)
 		g.inspecting = false
 		if g.closed || g.leaving != nil {
 			return
@@ -438,7 +453,7 @@ func (g *Group) rebalance(hs []session.Holder) {
 	}
 	g.members = members
 	owners := Assign(g.n, members, current)
-	now := g.s.Env().Now()
+	now := g.eng.Now()
 	var take []*part
 	for p, owner := range owners {
 		pt := g.parts[p]
@@ -464,7 +479,7 @@ func (g *Group) rebalance(hs []session.Holder) {
 // once, in one batch; missing claims are registered outside the lock, then
 // want in a second batch. Lock held.
 func (g *Group) want(pts []*part) {
-	var ready []*session.Claim
+	var ready []layer.Claim
 	var need []*part
 	for _, pt := range pts {
 		pt.want = true
@@ -477,22 +492,22 @@ func (g *Group) want(pts []*part) {
 			need = append(need, pt)
 		}
 	}
-	session.WantAll(ready)
+	g.eng.WantAll(ready)
 	if len(need) > 0 {
-		g.s.Defer(func() { g.claim(need) })
+		g.eng.Defer(func() { g.claim(need) })
 	}
 }
 
 // claim registers the claims of pts (no lock held), then makes those still
 // wanted compete.
 func (g *Group) claim(pts []*part) {
-	cs := make([]*session.Claim, len(pts))
+	cs := make([]layer.Claim, len(pts))
 	errs := make([]error, len(pts))
 	for i, pt := range pts {
-		cs[i], errs[i] = g.s.Claim(g.partitionName(pt.p), pt)
+		cs[i], errs[i] = g.eng.Claim(g.partitionName(pt.p), pt)
 	}
-	g.s.Do(func() {
-		var ready []*session.Claim
+	g.eng.Do(func() {
+		var ready []layer.Claim
 		for i, pt := range pts {
 			pt.claiming = false
 			if errs[i] != nil {
@@ -509,13 +524,13 @@ func (g *Group) claim(pts []*part) {
 				pt.maybeDrop()
 			}
 		}
-		session.WantAll(ready)
+		g.eng.WantAll(ready)
 	})
 }
 
 // goTask runs a task on a session goroutine under the term's context.
 func (g *Group) goTask(p int, t *term.Term, task Task, done func()) {
-	g.s.Go(g, func() {
+	g.eng.Go(g, func() {
 		defer done()
 		_ = task(t.Context(), p, t)
 	})

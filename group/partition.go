@@ -3,7 +3,8 @@ package group
 import (
 	"time"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/internal/layer"
+
 	"github.com/simba-go/simba/term"
 )
 
@@ -13,7 +14,7 @@ import (
 type part struct {
 	g         *Group
 	p         int
-	c         *session.Claim
+	c         layer.Claim
 	claiming  bool // the claim is being registered outside the lock
 	want      bool // assigned to this member
 	term      *term.Term
@@ -41,11 +42,11 @@ func (pt *part) Won(t *term.Term) {
 	}
 	ts := &termState{t: t}
 	pt.term, pt.ts, pt.running = t, ts, 0
-	g.s.Defer(func() {
+	g.eng.Defer(func() {
 		g.queue.push(item{
 			run: func() {
 				g.listener.OnAssigned(pt.p, t)
-				g.s.Do(func() { pt.startTasks(t) })
+				g.eng.Do(func() { pt.startTasks(t) })
 			},
 			refused: func(err error) {
 				ts.refused.Store(true)
@@ -60,14 +61,14 @@ func (pt *part) Won(t *term.Term) {
 // the partition is given back and not taken again for one lease duration.
 func (pt *part) refused(t *term.Term, err error) {
 	g := pt.g
-	g.s.Do(func() {
+	g.eng.Do(func() {
 		g.report(err)
 		if pt.term != t {
 			return
 		}
 		pt.term = nil
 		pt.want = false
-		pt.coolUntil = g.s.Env().Now().Add(g.s.Config().LeaseDuration)
+		pt.coolUntil = g.eng.Now().Add(g.s.Config().LeaseDuration)
 		pt.c.Want(false)
 		pt.c.Release(term.SteppedDown, nil)
 		pt.maybeDrop()
@@ -108,7 +109,7 @@ func (pt *part) Describe() (kind, status string) {
 // revoked queues OnRevoked, unless OnAssigned was refused. Lock held.
 func (pt *part) revoked(ts *termState, reason term.RevokeReason) {
 	g := pt.g
-	g.s.Defer(func() {
+	g.eng.Defer(func() {
 		g.queue.push(item{run: func() {
 			if !ts.refused.Load() {
 				g.listener.OnRevoked(pt.p, ts.t, reason)
@@ -169,7 +170,7 @@ func (pt *part) unwant(reason term.RevokeReason) {
 		h.done()
 		return
 	}
-	h.bound = g.s.Env().AfterFunc(bound, func() { g.s.Do(h.done) })
+	h.bound = g.eng.AfterFunc(bound, func() { g.eng.Do(h.done) })
 }
 
 // maybeDrop unregisters the claim of a partition that is idle, so a
@@ -193,7 +194,7 @@ func (pt *part) startTasks(t *term.Term) {
 	for _, task := range g.tasks {
 		pt.running++
 		g.spawn(pt.p, t, task, func() {
-			g.s.Do(func() {
+			g.eng.Do(func() {
 				if pt.term == t || pt.hand != nil && pt.hand.t == t {
 					pt.running--
 					if pt.running == 0 && pt.hand != nil && pt.hand.t == t {

@@ -5,8 +5,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/simba-go/simba/internal/layer"
+
 	"github.com/simba-go/simba/election"
-	"github.com/simba-go/simba/session"
 )
 
 // serial runs a member's callbacks one at a time, in order, over its
@@ -15,7 +16,7 @@ import (
 // function called instead. After shut, pushes are dropped: nothing is
 // delivered once Leave has completed.
 type serial struct {
-	s     *session.Session
+	eng   layer.Engine
 	exec  election.Executor
 	owner any // the group: whose callbacks these are, for self-waits
 
@@ -63,11 +64,11 @@ func (q *serial) drain() {
 			continue
 		}
 		var turn atomic.Int32 // 1: the executor returned first; 2: the item finished first
-		release := q.s.Hold()
+		release := q.eng.Hold()
 		_, loop := q.exec.(election.Direct)
 		err := q.exec.Execute(func() {
 			defer release()
-			q.s.Inside(q.owner, loop, it.run)
+			q.eng.Inside(q.owner, loop, it.run)
 			if !turn.CompareAndSwap(0, 2) {
 				q.drain()
 			}

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 	"github.com/simba-go/simba/term"
 )
@@ -276,9 +278,9 @@ type simBackend struct {
 	n *simNode
 }
 
-func (b simBackend) Subscribe(fn func(session.Notice)) (func(), error) {
+func (b simBackend) Subscribe(fn func(driver.Notice)) (func(), error) {
 	w := b.n.w
-	return b.Backend.Subscribe(func(no session.Notice) {
+	return b.Backend.Subscribe(func(no driver.Notice) {
 		if w.faulty && w.rng.IntN(10) == 0 {
 			return
 		}
@@ -438,7 +440,7 @@ func (n *simNode) terms() map[int]*term.Term {
 	if n.g == nil {
 		return out
 	}
-	n.s.Do(func() {
+	layer.MustOf(n.s).Do(func() {
 		for _, pt := range n.g.parts {
 			if pt != nil && pt.c != nil {
 				if t := pt.c.Term(); t != nil {

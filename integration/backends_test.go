@@ -16,6 +16,7 @@ import (
 	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/lock"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/simbatest"
 	"github.com/simba-go/simba/term"
 )
@@ -92,28 +93,28 @@ func (c *cut) check() error {
 	return nil
 }
 
-func (c *cut) Open(ctx context.Context, r session.OpenRequest) (session.OpenReply, error) {
+func (c *cut) Open(ctx context.Context, r driver.OpenRequest) (driver.OpenReply, error) {
 	if err := c.check(); err != nil {
-		return session.OpenReply{}, err
+		return driver.OpenReply{}, err
 	}
 	return c.Backend.Open(ctx, r)
 }
 
-func (c *cut) Renew(ctx context.Context, r session.RenewRequest) (session.RenewReply, error) {
+func (c *cut) Renew(ctx context.Context, r driver.RenewRequest) (driver.RenewReply, error) {
 	if err := c.check(); err != nil {
-		return session.RenewReply{}, err
+		return driver.RenewReply{}, err
 	}
 	return c.Backend.Renew(ctx, r)
 }
 
-func (c *cut) Acquire(ctx context.Context, r session.AcquireRequest) (session.AcquireReply, error) {
+func (c *cut) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.AcquireReply, error) {
 	if err := c.check(); err != nil {
-		return session.AcquireReply{}, err
+		return driver.AcquireReply{}, err
 	}
 	return c.Backend.Acquire(ctx, r)
 }
 
-func (c *cut) Release(ctx context.Context, r session.ReleaseRequest) error {
+func (c *cut) Release(ctx context.Context, r driver.ReleaseRequest) error {
 	if err := c.check(); err != nil {
 		return err
 	}
@@ -129,8 +130,8 @@ func (c *cut) Close(ctx context.Context, id session.ID) error {
 
 // Subscribe forwards the inner backend's broadcast, if it has one: a
 // decorator keeps the capabilities of what it wraps.
-func (c *cut) Subscribe(fn func(session.Notice)) (func(), error) {
-	if bc, ok := c.Backend.(session.Broadcaster); ok {
+func (c *cut) Subscribe(fn func(driver.Notice)) (func(), error) {
+	if bc, ok := c.Backend.(driver.Broadcaster); ok {
 		return bc.Subscribe(fn)
 	}
 	return func() {}, nil

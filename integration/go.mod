@@ -61,6 +61,7 @@ require (
 	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
 	github.com/shirou/gopsutil/v4 v4.26.6 // indirect
+	github.com/simba-go/simba/internal v0.1.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
 	github.com/testcontainers/testcontainers-go v0.44.0 // indirect
@@ -100,3 +101,5 @@ replace github.com/simba-go/simba/backend-zk => ../backend-zk
 replace github.com/simba-go/simba/simbatest => ../simbatest
 
 replace github.com/simba-go/simba/group => ../group
+
+replace github.com/simba-go/simba/internal => ../internal

@@ -9,7 +9,10 @@ require (
 	go.uber.org/goleak v1.3.0
 )
 
-require github.com/simba-go/simba/deadline v0.1.0 // indirect
+require (
+	github.com/simba-go/simba/deadline v0.1.0 // indirect
+	github.com/simba-go/simba/internal v0.1.0
+)
 
 replace github.com/simba-go/simba/election => ../election
 
@@ -18,3 +21,5 @@ replace github.com/simba-go/simba/session => ../session
 replace github.com/simba-go/simba/term => ../term
 
 replace github.com/simba-go/simba/deadline => ../deadline
+
+replace github.com/simba-go/simba/internal => ../internal

@@ -14,8 +14,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/simba-go/simba/election"
+	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/lock"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 	"github.com/simba-go/simba/term"
 )
@@ -180,7 +182,7 @@ type cancelOnWin struct {
 	cancel func()
 }
 
-func (c *cancelOnWin) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+func (c *cancelOnWin) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	r, err := c.Backend.Acquire(ctx, req)
 	if err == nil && len(r.Results) > 0 && r.Results[0].Token != 0 && c.cancel != nil {
 		c.cancel()
@@ -200,7 +202,7 @@ func TestAcquireWhoseContextEndsAsItWins(t *testing.T) {
 		for i := range 40 {
 			name := fmt.Sprintf("n%d", i)
 			ctx, cancel := context.WithCancel(context.Background())
-			s.Do(func() { w.cancel = cancel })
+			layer.MustOf(s).Do(func() { w.cancel = cancel })
 			h, err := lock.Acquire(ctx, s, name)
 			cancel()
 			synctest.Wait()

@@ -9,24 +9,25 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // Backend wraps b so that every call the engine makes is timed in the
 // simba.backend.call.duration histogram (seconds), by
 // simba.backend.operation (open, renew, acquire, release, close, inspect)
 // and, for failed calls, error.type (expired, closed, timeout, or _OTHER).
-// The wrapper keeps b's optional capabilities (session.Inspector,
-// session.Broadcaster): it implements exactly those b implements.
+// The wrapper keeps b's optional capabilities (driver.Inspector,
+// driver.Broadcaster): it implements exactly those b implements.
 func (in *Instrumentation) Backend(b session.Backend) session.Backend {
 	t := &timed{b: b, h: in.m.calls}
-	insp, canInspect := b.(session.Inspector)
-	bc, canBroadcast := b.(session.Broadcaster)
+	insp, canInspect := b.(driver.Inspector)
+	bc, canBroadcast := b.(driver.Broadcaster)
 	switch {
 	case canInspect && canBroadcast:
 		return struct {
 			*timed
 			timedInspector
-			session.Broadcaster
+			driver.Broadcaster
 		}{t, timedInspector{t, insp}, bc}
 	case canInspect:
 		return struct {
@@ -36,7 +37,7 @@ func (in *Instrumentation) Backend(b session.Backend) session.Backend {
 	case canBroadcast:
 		return struct {
 			*timed
-			session.Broadcaster
+			driver.Broadcaster
 		}{t, bc}
 	}
 	return t
@@ -69,28 +70,28 @@ func errorType(err error) string {
 	return "_OTHER"
 }
 
-func (t *timed) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+func (t *timed) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	start := time.Now()
 	r, err := t.b.Open(ctx, req)
 	t.record(ctx, "open", start, err)
 	return r, err
 }
 
-func (t *timed) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+func (t *timed) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
 	start := time.Now()
 	r, err := t.b.Renew(ctx, req)
 	t.record(ctx, "renew", start, err)
 	return r, err
 }
 
-func (t *timed) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+func (t *timed) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	start := time.Now()
 	r, err := t.b.Acquire(ctx, req)
 	t.record(ctx, "acquire", start, err)
 	return r, err
 }
 
-func (t *timed) Release(ctx context.Context, req session.ReleaseRequest) error {
+func (t *timed) Release(ctx context.Context, req driver.ReleaseRequest) error {
 	start := time.Now()
 	err := t.b.Release(ctx, req)
 	t.record(ctx, "release", start, err)
@@ -106,10 +107,10 @@ func (t *timed) Close(ctx context.Context, id session.ID) error {
 
 type timedInspector struct {
 	t *timed
-	i session.Inspector
+	i driver.Inspector
 }
 
-func (ti timedInspector) Inspect(ctx context.Context, req session.InspectRequest) ([]session.Holder, error) {
+func (ti timedInspector) Inspect(ctx context.Context, req driver.InspectRequest) ([]driver.Holder, error) {
 	start := time.Now()
 	hs, err := ti.i.Inspect(ctx, req)
 	ti.t.record(ctx, "inspect", start, err)

@@ -21,6 +21,7 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
+	github.com/simba-go/simba/internal v0.1.0
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 )
@@ -33,4 +34,5 @@ replace github.com/simba-go/simba/session => ../session
 
 replace github.com/simba-go/simba/term => ../term
 
+replace github.com/simba-go/simba/internal => ../internal
 replace github.com/simba-go/simba/group => ../group

@@ -1,231 +1,41 @@
 package session
 
-import (
-	"context"
-	"errors"
-	"time"
+import "github.com/simba-go/simba/session/driver"
 
-	"github.com/simba-go/simba/deadline"
-)
+// Backend is a coordination store, built by a backend package (pgsimba,
+// mysqlsimba, redissimba, zksimba) or by package memory. An application
+// hands it to [Open] and never calls its methods: only the engine does.
+// Backend authors implement it; package session/driver documents the
+// contract.
+type Backend = driver.Backend
 
-// ID names one incarnation of a backend session: a random 128-bit value in
-// hex on SQL and Redis, the ZooKeeper session id on ZooKeeper. A backend
-// never hands out the same ID twice.
-type ID string
-
-// Lease is a lease a session owns: the name and the fencing token of the
-// term that acquired it.
-type Lease struct {
-	Name  string `json:"name"`
-	Token uint64 `json:"token"`
-}
-
-// Errors a [Backend] returns. Backends wrap them with detail; the engine
-// tests them with errors.Is.
-var (
-	// ErrExpired: the session has expired on the backend (or never
-	// existed). It answers so forever after: a session never comes back.
-	ErrExpired = errors.New("simba: session expired")
-	// ErrClosed: the session or the backend value has been closed.
-	ErrClosed = errors.New("simba: session closed")
-)
-
-// OpenRequest asks a backend for a new session.
-type OpenRequest struct {
-	// LeaseDuration is the time the backend should keep the session alive
-	// after each renewal. The backend may grant less.
-	LeaseDuration time.Duration
-	// Owner says who opened the session. The engine always fills it in,
-	// validated by deadline.ValidateOwner; a backend stores it with the
-	// session and reports it through [Inspector].
-	Owner Owner
-}
+// ID names one incarnation of a backend session, as [Session.ID] and
+// [Snapshot] report it. A backend never hands out the same ID twice.
+type ID = driver.ID
 
 // Owner identifies the process behind a session for people and tools that
 // ask who holds a lease: an identity (by default hostname/pid) and a little
-// metadata, such as the address of the owner's status page. Its size is
-// bounded (deadline.ValidateOwner) so every backend can store it.
-type Owner struct {
-	Identity string            `json:"identity"`
-	Metadata map[string]string `json:"metadata,omitempty"`
-}
+// metadata. Set it with [WithIdentity].
+type Owner = driver.Owner
 
-// Check reports whether a backend may store o: the zero Owner (a direct
-// caller that says nothing) or one that deadline.ValidateOwner accepts,
-// whose error it returns. Backends check again what the engine checked,
-// since they may be called directly.
-func (o Owner) Check() error {
-	if o.Identity == "" && len(o.Metadata) == 0 {
-		return nil
-	}
-	return deadline.ValidateOwner(o.Identity, o.Metadata)
-}
+// InspectRequest selects the leases [Session.Inspect] reports: the listed
+// Names, or every name starting with Prefix when Names is empty.
+type InspectRequest = driver.InspectRequest
 
-// Holder is a lease as an inspection sees it.
-type Holder struct {
-	Name    string `json:"name"`
-	Token   uint64 `json:"token"`
-	Session ID     `json:"session"`
-	Owner   Owner  `json:"owner"`
-	// Remaining is the time the holder's session has left, measured by the
-	// backend's clock when it answered. It is informative only: nothing may
-	// act on another session's lease because of it.
-	Remaining time.Duration `json:"remaining"`
-}
+// Holder is a lease as [Session.Inspect] reports it: its name, token,
+// holder's session and owner, and the time that session has left.
+type Holder = driver.Holder
 
-// InspectRequest selects the leases an inspection reports: the listed
-// Names, or every name starting with Prefix when Names is empty (every
-// lease of the namespace when Prefix is empty too). Names and a non-empty
-// Prefix are validated with deadline.ValidateName.
-type InspectRequest struct {
-	Names  []string
-	Prefix string
-}
+// Notice is a hint that a lease may have become free, as
+// [Session.WatchNotices] passes it on from the backend.
+type Notice = driver.Notice
 
-// Inspector is implemented by backends that can report who holds leases
-// without campaigning for them: observation (who leads?), operators' tools
-// and partition-group membership build on it. Like database/sql/driver's
-// optional interfaces, the engine finds it by a type assertion on the
-// Backend.
-type Inspector interface {
-	// Inspect lists the live holders of the selected leases, sorted by
-	// name. A name nobody holds (or whose holder's session has expired on
-	// the backend) is left out.
-	Inspect(ctx context.Context, req InspectRequest) ([]Holder, error)
-}
-
-// OpenReply is a new session.
-type OpenReply struct {
-	ID ID
-	// Remaining is the time the session has left, measured by the backend's
-	// clock when it answered.
-	Remaining time.Duration
-}
-
-// RenewRequest proves a session alive.
-type RenewRequest struct {
-	ID ID
-	// KnownVersion is the Version of the owned-lease set the engine last
-	// saw in full, or 0 to ask for the full list.
-	KnownVersion uint64
-}
-
-// RenewReply answers a renewal.
-type RenewReply struct {
-	// Remaining is the time the session has left after this renewal,
-	// measured by the backend's clock.
-	Remaining time.Duration
-	// Version identifies the session's set of owned leases. A backend
-	// changes it (to a value it never used before for this session)
-	// whenever that set changes: an acquisition, a release, a takeover, or
-	// a loss it detects. It is never 0.
-	Version uint64
-	// Full reports that Leases lists every lease the session owns. A
-	// backend must set it when Version differs from the request's
-	// KnownVersion, and may always set it.
-	Full bool
-	// Leases is the owned set when Full is true.
-	Leases []Lease
-}
-
-// AcquireRequest tries to acquire one or more leases for a session. One
-// request carries every name the engine wants at a tick, so a node with
-// many elections makes one call, not one per election.
-type AcquireRequest struct {
-	ID    ID
-	Names []string
-}
-
-// AcquireResult is the outcome for one name of an [AcquireRequest].
-type AcquireResult struct {
-	Name string
-	// Token is the new term's fencing token, or 0 when not acquired. If the
-	// session already owned the name, the backend answers with the token it
-	// owns it under.
-	Token uint64
-	// Err, if not nil, is why the name could not be tried at all (an invalid
-	// name). A name held by another live session is not an error: Token is 0.
-	Err error
-}
-
-// AcquireReply answers an [AcquireRequest], one result per name in order.
-type AcquireReply struct {
-	Results []AcquireResult
-}
-
-// ReleaseRequest releases leases a session owns. A lease is deleted only
-// when it is owned by that session under that token; otherwise releasing
-// it is a no-op, so a late release never touches a later term.
-type ReleaseRequest struct {
-	ID     ID
-	Leases []Lease
-}
-
-// Backend is what a coordination store must provide to run Simba sessions:
-// the service provider interface that backend-sql, backend-redis and
-// backend-zk implement. docs/adr/0002-backend-spi.md explains its shape.
-//
-// A Backend value may serve many sessions at once unless its documentation
-// says otherwise. Every method must honour ctx: the engine gives each call
-// a timeout of one renewal period.
-//
-// The promises every implementation keeps, checked by the conformance kit
-// in package backendtest:
-//
-//   - Sessions live on the backend's clock: opened with the requested lease
-//     duration (or less), expired by the backend after that long without a
-//     renewal. Remaining is a duration measured by the backend's clock.
-//   - An expired session answers [ErrExpired] to Renew and Acquire forever;
-//     its ID is never handed out again.
-//   - Renew is one call whatever the number of leases, and reports exactly
-//     the leases the session owns.
-//   - Acquire succeeds for a name only if it is free or its owner's session
-//     has expired on the backend. Each new term's token is strictly higher
-//     than every token ever handed out for that name, also after releases,
-//     deletions and loss of the backend's data (or the backend refuses with
-//     an error saying so).
-//   - Release carries the token and is a no-op when it does not match.
-//   - Names are validated with deadline.ValidateName; invalid names are
-//     rejected with an error wrapping deadline.ErrInvalidName.
-//
-// A backend that can broadcast releases also implements [Broadcaster].
-type Backend interface {
-	// Open opens a new session.
-	Open(ctx context.Context, req OpenRequest) (OpenReply, error)
-	// Renew proves the session alive and reports the leases it owns. It
-	// returns an error wrapping ErrExpired if the session has expired.
-	Renew(ctx context.Context, req RenewRequest) (RenewReply, error)
-	// Acquire tries to acquire each name for the session. It returns an
-	// error wrapping ErrExpired (and acquires nothing) if the session has
-	// expired.
-	Acquire(ctx context.Context, req AcquireRequest) (AcquireReply, error)
-	// Release deletes the leases that the session owns under the given
-	// tokens, and tells other clients through the broadcast, if any.
-	Release(ctx context.Context, req ReleaseRequest) error
-	// Close ends the session at once and releases every lease it owns.
-	// Closing an expired or unknown session is not an error.
-	Close(ctx context.Context, id ID) error
-}
-
-// Notice tells a client that a lease may have become free. It is a hint:
-// the engine answers it with an acquisition attempt, and a lost notice only
-// delays a takeover until the next periodic attempt.
-type Notice struct {
-	// Name is the lease that was released or whose owner's session ended.
-	// Empty means notices may have been lost (the subscription was
-	// re-established): every waiting candidate should attempt.
-	Name string
-}
-
-// Broadcaster is implemented by backends that push release notices (Redis
-// pub/sub, ZooKeeper watches, PostgreSQL LISTEN/NOTIFY). Without it,
-// candidates only poll.
-type Broadcaster interface {
-	// Subscribe starts delivering notices to fn, which must not block, until
-	// the returned stop function is called. stop waits until fn will not be
-	// called again. The subscription covers at least every name that a
-	// failed Acquire of the same Backend value asked for; backends that
-	// broadcast to the whole namespace deliver more, and the engine ignores
-	// names it does not want.
-	Subscribe(fn func(Notice)) (stop func(), err error)
-}
+// Errors shared with the backends: the same values as package driver's,
+// so errors.Is matches either name.
+var (
+	// ErrExpired: the backend session expired (or never existed). A
+	// session never comes back: the engine opens a new one.
+	ErrExpired = driver.ErrExpired
+	// ErrClosed: the session or the backend value has been closed.
+	ErrClosed = driver.ErrClosed
+)

@@ -4,52 +4,19 @@ import (
 	"fmt"
 
 	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/internal/layer"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/term"
 )
 
-// ClaimHandler receives what happens to a [Claim]'s leases. Its methods run
-// with the engine's lock held, in the order things happen: they must not
-// block, and may only change engine state through the Claim's methods and
-// [Session.Defer] (to run user callbacks after the lock is released).
-type ClaimHandler interface {
-	// Won reports a new term.
-	Won(t *term.Term)
-	// Lost reports that the lease of t is gone without the claim asking:
-	// DEADLINE_PASSED, SESSION_EXPIRED, TAKEN_OVER, or STOPPED when the
-	// session closed. No release is needed. t may already have been revoked
-	// by the claim (a voluntary handover still waiting for its task); the
-	// handover then ends without a release.
-	Lost(t *term.Term, reason term.RevokeReason)
-	// Closed reports that the session closed: the claim is over.
-	Closed()
-}
-
-// Refusals is implemented by a ClaimHandler that wants to know when an
-// attempt of the claim did not win (a lock's TryAcquire): err is nil when
-// another session holds the lease, else why the attempt failed. Refused
-// runs with the engine's lock held.
-type Refusals interface {
-	Refused(err error)
-}
-
-// Describer is implemented by a ClaimHandler that reports itself in
-// [Session.Snapshot]. Describe runs with the engine's lock held.
-type Describer interface {
-	Describe() (kind, status string)
-}
-
-// Claim registers a lease name on a session for one user (an election, a
-// lock, a partition of a group). While it wants the lease, the session
-// attempts to acquire it at once, on every candidate tick and on every
-// release notice, batching the attempts of all claims into one backend
-// call; it reports terms won and lost to the handler.
-//
-// Claim methods must be called with the engine's lock held: inside
-// [Session.Do] or a ClaimHandler method.
-type Claim struct {
+// claim is a lease name registered on a session for one user (an election,
+// a lock, a partition of a group): the engine side of a layer.Claim, whose
+// documentation its methods follow. Its methods are called with the
+// engine's lock held.
+type claim struct {
 	s       *Session
 	name    string
-	h       ClaimHandler
+	h       layer.ClaimHandler
 	want    bool
 	queued  bool
 	attempt uint64 // the attempt in flight, 0 if none
@@ -69,11 +36,11 @@ type held struct {
 	revoked   bool
 }
 
-// Claim registers name on the session for h. It fails with an error
+// register claims name on the session for h. It fails with an error
 // wrapping deadline.ErrInvalidName for an invalid name, ErrAlreadyStarted
 // if the name is already claimed on this session, and ErrClosed after
-// Close. It takes the engine's lock: call it outside Do.
-func (s *Session) Claim(name string, h ClaimHandler) (*Claim, error) {
+// Close. It takes the engine's lock: call it outside do.
+func (s *Session) register(name string, h layer.ClaimHandler) (*claim, error) {
 	if err := deadline.ValidateName(name); err != nil {
 		return nil, err
 	}
@@ -85,7 +52,7 @@ func (s *Session) Claim(name string, h ClaimHandler) (*Claim, error) {
 	if _, ok := s.claims[name]; ok {
 		return nil, fmt.Errorf("%w: %q", ErrAlreadyStarted, name)
 	}
-	c := &Claim{s: s, name: name, h: h}
+	c := &claim{s: s, name: name, h: h}
 	s.claims[name] = c
 	s.order = append(s.order, c)
 	return c, nil
@@ -94,7 +61,7 @@ func (s *Session) Claim(name string, h ClaimHandler) (*Claim, error) {
 // queue marks the claim for the next Acquire, and the session as having
 // one to send: pumpAcquire looks at the claims only then, so a renewal or
 // a reply with nothing queued does not walk every claim.
-func (c *Claim) queue() {
+func (c *claim) queue() {
 	c.queued = true
 	c.s.anyQueued = true
 }
@@ -102,7 +69,7 @@ func (c *Claim) queue() {
 // setHeld changes the claim's held lease; every change moves the
 // session's heldGen, which a renewal compares to know whether its owned
 // set can still match the terms term for term.
-func (c *Claim) setHeld(h *held) {
+func (c *claim) setHeld(h *held) {
 	if h != nil || c.held != nil {
 		c.s.heldGen++
 	}
@@ -111,12 +78,12 @@ func (c *Claim) setHeld(h *held) {
 
 // SetOwner makes key (a group of claims, for instance) the owner of the
 // claim's callbacks and tasks for the self-wait rule
-// ([Session.WouldWaitForSelf]): a term's context then names key. By
+// (wouldWaitForSelf): a term's context then names key. By
 // default a claim owns its own. Call it before the claim wins a term.
-func (c *Claim) SetOwner(key any) { c.owner = key }
+func (c *claim) SetOwner(key any) { c.owner = key }
 
 // ownerKey is the claim's owner for self-waits.
-func (c *Claim) ownerKey() any {
+func (c *claim) ownerKey() any {
 	if c.owner != nil {
 		return c.owner
 	}
@@ -124,8 +91,8 @@ func (c *Claim) ownerKey() any {
 }
 
 // kind is what the claim's handler calls itself in Snapshot, or "".
-func (c *Claim) kind() string {
-	if d, ok := c.h.(Describer); ok {
+func (c *claim) kind() string {
+	if d, ok := c.h.(layer.Describer); ok {
 		k, _ := d.Describe()
 		return k
 	}
@@ -133,15 +100,12 @@ func (c *Claim) kind() string {
 }
 
 // Name is the claimed lease name.
-func (c *Claim) Name() string { return c.name }
-
-// Session is the session the claim is registered on.
-func (c *Claim) Session() *Session { return c.s }
+func (c *claim) Name() string { return c.name }
 
 // Want starts (true) or stops (false) competing for the lease. Starting
 // attempts at once. Stopping does not give up a lease already held: use
 // Revoke and Release.
-func (c *Claim) Want(want bool) {
+func (c *claim) Want(want bool) {
 	if c.dropped || c.s.state == Closed {
 		return
 	}
@@ -157,26 +121,9 @@ func (c *Claim) Want(want bool) {
 	c.s.armCandidate()
 }
 
-// WantAll is Want(true) for every claim in cs, all of them registered on
-// one session: the attempts of claims not yet holding a lease leave in one
-// backend call (Want alone would send the first at once, and the rest in a
-// second call when it returns). A group taking many partitions uses it.
-func WantAll(cs []*Claim) {
-	if len(cs) == 0 {
-		return
-	}
-	s := cs[0].s
-	s.holdPump = true
-	for _, c := range cs {
-		c.Want(true)
-	}
-	s.holdPump = false
-	s.pumpAcquire()
-}
-
 // Term is the current term, or nil. It may already be revoked while a
 // voluntary handover waits to release its lease.
-func (c *Claim) Term() *term.Term {
+func (c *claim) Term() *term.Term {
 	if c.held == nil {
 		return nil
 	}
@@ -186,7 +133,7 @@ func (c *Claim) Term() *term.Term {
 // Revoke ends the current term for a voluntary reason (Stopped or
 // SteppedDown) and keeps its lease until Release: the first step of the
 // handover order. It returns the term, or nil if none is held.
-func (c *Claim) Revoke(reason term.RevokeReason) *term.Term {
+func (c *claim) Revoke(reason term.RevokeReason) *term.Term {
 	h := c.held
 	if h == nil {
 		return nil
@@ -200,7 +147,7 @@ func (c *Claim) Revoke(reason term.RevokeReason) *term.Term {
 // lock held when the backend has answered (or the call failed, or the
 // session ended, or at once if no lease is held): deliver OnRevoked from
 // there. It reports whether a release was sent.
-func (c *Claim) Release(reason term.RevokeReason, done func()) bool {
+func (c *claim) Release(reason term.RevokeReason, done func()) bool {
 	h := c.held
 	if h == nil || h.inc.over {
 		c.setHeld(nil)
@@ -214,7 +161,7 @@ func (c *Claim) Release(reason term.RevokeReason, done func()) bool {
 	}
 	c.setHeld(nil)
 	c.s.revoke(c, h, reason)
-	c.s.release(h.inc, Lease{Name: c.name, Token: h.token}, done)
+	c.s.release(h.inc, driver.Lease{Name: c.name, Token: h.token}, done)
 	if c.want {
 		c.s.armCandidate()
 	}
@@ -223,7 +170,7 @@ func (c *Claim) Release(reason term.RevokeReason, done func()) bool {
 
 // Drop unregisters the claim, releasing its lease if one is held. The name
 // can be claimed again afterwards.
-func (c *Claim) Drop() {
+func (c *claim) Drop() {
 	if c.dropped {
 		return
 	}

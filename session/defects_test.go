@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 	"github.com/simba-go/simba/term"
 )
@@ -28,8 +30,8 @@ func TestTermAfterTakenOverNeverReusesTheToken(t *testing.T) {
 		d := &dropLease{Backend: b}
 		s := openDecorated(t, d)
 		r := &recorder{}
-		c, _ := s.Claim("a", r)
-		s.Do(func() { c.Want(true) })
+		c, _ := layer.MustOf(s).Claim("a", r)
+		layer.MustOf(s).Do(func() { c.Want(true) })
 		synctest.Wait()
 		d.mu.Lock()
 		d.drop = "a"
@@ -65,7 +67,7 @@ type liar struct {
 	renewCalls int
 }
 
-func (l *liar) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+func (l *liar) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	r, err := l.Backend.Open(ctx, req)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -76,7 +78,7 @@ func (l *liar) Open(ctx context.Context, req session.OpenRequest) (session.OpenR
 	return r, err
 }
 
-func (l *liar) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+func (l *liar) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
 	r, err := l.Backend.Renew(ctx, req)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -105,8 +107,8 @@ func TestImpossibleGrantIsAFailedCallNotALongerLife(t *testing.T) {
 				defer s.Close()
 				cfg := s.Config()
 				r := &recorder{}
-				c, _ := s.Claim("a", r)
-				s.Do(func() { c.Want(true) })
+				c, _ := layer.MustOf(s).Claim("a", r)
+				layer.MustOf(s).Do(func() { c.Want(true) })
 				synctest.Wait()
 				tm := r.terms()[0]
 				l.mu.Lock()
@@ -159,11 +161,11 @@ func TestImpossibleOpenGrantIsAFailedAttempt(t *testing.T) {
 type mangle struct {
 	*memory.Backend
 	mu     sync.Mutex
-	fn     func(session.AcquireReply) session.AcquireReply
+	fn     func(driver.AcquireReply) driver.AcquireReply
 	tokens []uint64 // tokens in the mangled reply
 }
 
-func (m *mangle) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+func (m *mangle) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	r, err := m.Backend.Acquire(ctx, req)
 	m.mu.Lock()
 	fn := m.fn
@@ -184,13 +186,13 @@ func (m *mangle) Acquire(ctx context.Context, req session.AcquireRequest) (sessi
 // the backend session ended. A missing, duplicated or foreign result is a
 // refusal for this tick; the claim competes again on the next.
 func TestMalformedAcquireReplyIsARefusalForThisTick(t *testing.T) {
-	for name, fn := range map[string]func(session.AcquireReply) session.AcquireReply{
-		"missing": func(session.AcquireReply) session.AcquireReply { return session.AcquireReply{} },
-		"duplicated": func(r session.AcquireReply) session.AcquireReply {
+	for name, fn := range map[string]func(driver.AcquireReply) driver.AcquireReply{
+		"missing": func(driver.AcquireReply) driver.AcquireReply { return driver.AcquireReply{} },
+		"duplicated": func(r driver.AcquireReply) driver.AcquireReply {
 			r.Results = append(r.Results, r.Results...)
 			return r
 		},
-		"foreign": func(r session.AcquireReply) session.AcquireReply {
+		"foreign": func(r driver.AcquireReply) driver.AcquireReply {
 			r.Results[0].Name = "other"
 			return r
 		},
@@ -206,8 +208,8 @@ func TestMalformedAcquireReplyIsARefusalForThisTick(t *testing.T) {
 				}
 				defer s.Close()
 				r := &recorder{}
-				c, _ := s.Claim("a", r)
-				s.Do(func() { c.Want(true) })
+				c, _ := layer.MustOf(s).Claim("a", r)
+				layer.MustOf(s).Do(func() { c.Want(true) })
 				synctest.Wait()
 				m.mu.Lock()
 				for _, tm := range r.terms() {

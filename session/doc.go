@@ -1,5 +1,4 @@
-// Package session is Simba's per-process session engine and its backend
-// contract.
+// Package session is Simba's per-process session engine.
 //
 // A [Session] opens one session on a [Backend] and keeps it alive with one
 // renewal every renewal period, whatever the number of leases it holds.
@@ -23,8 +22,11 @@
 // SessionLeaseShortened once per backend session.
 //
 // Elections, locks and groups (other modules) register lease names on a
-// session with [Session.Claim]; the session batches the acquisition
-// attempts of all claims into one backend call per candidate tick.
+// session; the session batches the acquisition attempts of all of them
+// into one backend call per candidate tick. The hooks they use are not
+// part of this package's API: they live under Simba's internal/ tree,
+// which only Simba's own modules can import
+// (docs/adr/0060-audiences.md).
 //
 // The engine does no I/O of its own beyond calling the Backend, and takes
 // its clock, timers and goroutines from an [Env], so every rule can be
@@ -33,7 +35,9 @@
 //
 // # Backends
 //
-// A backend implements [Backend] and, if it can push release notices,
-// [Broadcaster]. Subpackage memory is an in-memory backend for tests and
-// demos; subpackage backendtest is the conformance kit every backend runs.
+// An application builds a [Backend] with a backend package (pgsimba,
+// mysqlsimba for SQL; the Redis and ZooKeeper packages) and hands it to
+// [Open]. Backend authors implement the contract of subpackage driver;
+// subpackage memory is an in-memory backend for tests and demos;
+// subpackage backendtest is the conformance kit every backend runs.
 package session

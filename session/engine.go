@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/simba-go/simba/internal/layer"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/term"
 )
 
@@ -22,10 +24,10 @@ func (s *Session) open() {
 	}
 	s.setState(Opening)
 	sentAt := s.env.Now()
-	var reply OpenReply
+	var reply driver.OpenReply
 	var err error
 	s.call(func(ctx context.Context) {
-		reply, err = s.b.Open(ctx, OpenRequest{LeaseDuration: s.cfg.LeaseDuration, Owner: s.owner})
+		reply, err = s.b.Open(ctx, driver.OpenRequest{LeaseDuration: s.cfg.LeaseDuration, Owner: s.owner})
 	}, func(timedOut bool) {
 		if s.state == Closed {
 			if err == nil && !timedOut {
@@ -55,7 +57,7 @@ func (s *Session) open() {
 }
 
 // opened starts a new incarnation from a successful Open.
-func (s *Session) opened(sentAt time.Time, r OpenReply) error {
+func (s *Session) opened(sentAt time.Time, r driver.OpenReply) error {
 	if !s.cfg.GrantOK(r.Remaining) {
 		s.closeLater(r.ID)
 		return s.violation("Open granted %v for a lease of %v", r.Remaining, s.cfg.LeaseDuration)
@@ -117,8 +119,8 @@ func (s *Session) renew(inc *incarnation) {
 	s.seq++
 	sentSeq := s.seq
 	sentAt := s.env.Now()
-	req := RenewRequest{ID: inc.id, KnownVersion: inc.version}
-	var reply RenewReply
+	req := driver.RenewRequest{ID: inc.id, KnownVersion: inc.version}
+	var reply driver.RenewReply
 	var err error
 	s.call(func(ctx context.Context) {
 		reply, err = s.b.Renew(ctx, req)
@@ -142,7 +144,7 @@ func (s *Session) renew(inc *incarnation) {
 	}, nil)
 }
 
-func (s *Session) renewed(inc *incarnation, sentAt time.Time, sentSeq uint64, r RenewReply) {
+func (s *Session) renewed(inc *incarnation, sentAt time.Time, sentSeq uint64, r driver.RenewReply) {
 	if !inc.life.extend(s.cfg.Deadline(sentAt, r.Remaining)) {
 		// The deadline passed before this reply came: the session is over
 		// and stays over. checkDeadline does the rest.
@@ -221,7 +223,7 @@ func (s *Session) checkOwned(inc *incarnation, sentSeq uint64) {
 		if token <= inc.released[name] && s.releasePending(inc, name, token) {
 			continue
 		}
-		s.release(inc, Lease{Name: name, Token: token}, nil)
+		s.release(inc, driver.Lease{Name: name, Token: token}, nil)
 	}
 }
 
@@ -260,7 +262,6 @@ func (s *Session) checkDeadline(inc *incarnation) {
 		s.armDeadline(inc)
 		return
 	}
-	s.emit(Event{Kind: SessionDeadlinePassed, Session: inc.id})
 	s.expire(inc, term.DeadlinePassed)
 }
 
@@ -273,9 +274,16 @@ func (s *Session) expire(inc *incarnation, reason term.RevokeReason) {
 	inc.life.end()
 	s.stopTimer(&inc.renew)
 	s.stopTimer(&inc.deadline)
+	if s.inc == inc && s.state != Closed {
+		// Events report the state after them: this backend session is
+		// over and a new one is opened below (issue 12: deadline events
+		// used to say LIVE or SUSPENDED).
+		s.setState(Opening)
+	}
 	if reason == term.SessionExpired {
 		s.emit(Event{Kind: SessionExpired, Session: inc.id})
 	} else {
+		s.emit(Event{Kind: SessionDeadlinePassed, Session: inc.id})
 		s.closeLater(inc.id)
 	}
 	for _, c := range s.order {
@@ -308,7 +316,7 @@ func (s *Session) closeLater(id ID) {
 }
 
 // revoke ends a held term for reason and publishes it. Lock held.
-func (s *Session) revoke(c *Claim, h *held, reason term.RevokeReason) {
+func (s *Session) revoke(c *claim, h *held, reason term.RevokeReason) {
 	if h.revoked {
 		return
 	}
@@ -370,9 +378,9 @@ func (s *Session) pumpAcquire() {
 		return
 	}
 	s.acquiring = true
-	var reply AcquireReply
+	var reply driver.AcquireReply
 	var err error
-	req := AcquireRequest{ID: inc.id, Names: names}
+	req := driver.AcquireRequest{ID: inc.id, Names: names}
 	s.call(func(ctx context.Context) {
 		reply, err = s.b.Acquire(ctx, req)
 	}, func(timedOut bool) {
@@ -384,7 +392,7 @@ func (s *Session) pumpAcquire() {
 		for _, c := range s.order {
 			if c.attempt == attempt && failure != nil {
 				c.attempt = 0
-				if r, ok := c.h.(Refusals); ok {
+				if r, ok := c.h.(layer.Refusals); ok {
 					r.Refused(failure)
 				}
 			}
@@ -419,7 +427,7 @@ func (s *Session) pumpAcquire() {
 // (a lease it may have granted is released, by token, or by the next
 // renewal's owned list); a name nobody asked about is ignored, never
 // released, since it may be a lease another claim's live term holds.
-func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r AcquireReply) {
+func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r driver.AcquireReply) {
 	s.seq++
 	confirmed := s.seq
 	answers := make(map[string]int, len(names))
@@ -450,7 +458,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r A
 		for _, n := range names {
 			if c := s.claims[n]; c != nil && c.attempt == attempt && answers[n] != 1 {
 				c.attempt = 0
-				if r, ok := c.h.(Refusals); ok {
+				if r, ok := c.h.(layer.Refusals); ok {
 					r.Refused(violation)
 				}
 			}
@@ -468,7 +476,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r A
 		}
 		if res.Token == 0 {
 			if current {
-				if r, ok := c.h.(Refusals); ok {
+				if r, ok := c.h.(layer.Refusals); ok {
 					r.Refused(res.Err)
 				}
 			}
@@ -480,7 +488,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r A
 		stale := !current || inc.over || inc != s.inc || res.Token <= inc.released[res.Name] || res.Token <= s.tokens[res.Name] || !c.want
 		if stale || inc.life.Remaining() <= 0 {
 			if !inc.over && res.Token > inc.released[res.Name] {
-				s.release(inc, Lease{Name: res.Name, Token: res.Token}, nil)
+				s.release(inc, driver.Lease{Name: res.Name, Token: res.Token}, nil)
 			}
 			continue
 		}
@@ -496,7 +504,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r A
 // release gives a lease back to the backend, carrying its token; done, if
 // not nil, runs with the lock held once the backend answered or the call
 // failed. Lock held.
-func (s *Session) release(inc *incarnation, l Lease, done func()) {
+func (s *Session) release(inc *incarnation, l driver.Lease, done func()) {
 	if l.Token > inc.released[l.Name] {
 		inc.released[l.Name] = l.Token
 	}
@@ -513,7 +521,7 @@ func (s *Session) pumpRelease() {
 	// One call per backend session; the rest follow when it returns.
 	inc := batch[0].inc
 	var rest []pendingRelease
-	req := ReleaseRequest{ID: inc.id}
+	req := driver.ReleaseRequest{ID: inc.id}
 	var dones []func()
 	for _, p := range batch {
 		if p.inc != inc {

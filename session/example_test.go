@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/session/memory"
 	"github.com/simba-go/simba/term"
@@ -88,8 +89,8 @@ func ExampleWithTermContext() {
 		}))
 	defer s.Close()
 	won := make(chan *term.Term, 1)
-	c, _ := s.Claim("billing", wonFunc(func(t *term.Term) { won <- t }))
-	s.Do(func() { c.Want(true) })
+	c, _ := layer.MustOf(s).Claim("billing", wonFunc(func(t *term.Term) { won <- t }))
+	layer.MustOf(s).Do(func() { c.Want(true) })
 	fmt.Println((<-won).Context().Value(requestID{}))
 	// Output: billing#1
 }

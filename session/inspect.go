@@ -4,54 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/simba-go/simba/session/driver"
 )
 
-// ErrNoInspector: the session's backend does not implement [Inspector], so
-// nobody can be asked who holds a lease through it.
-var ErrNoInspector = errors.New("simba: the backend cannot inspect leases (it does not implement session.Inspector)")
+// ErrNoInspector: the session's backend does not implement
+// driver.Inspector, so nobody can be asked who holds a lease through it.
+var ErrNoInspector = errors.New("simba: the backend cannot inspect leases (it does not implement driver.Inspector)")
 
-// CanInspect reports whether the session's backend implements [Inspector].
+// CanInspect reports whether the session's backend can report who holds
+// leases (it implements driver.Inspector).
 func (s *Session) CanInspect() bool {
-	_, ok := s.b.(Inspector)
+	_, ok := s.b.(driver.Inspector)
 	return ok
 }
 
-// Inspect asks the backend who holds the selected leases (see
-// [Inspector]), without campaigning for them. It fails with an error
+// Inspect asks the backend who holds the selected leases, without
+// campaigning for them: the live holders, sorted by name (see [Holder]). It fails with an error
 // wrapping ErrNoInspector when the backend cannot answer.
 func (s *Session) Inspect(ctx context.Context, req InspectRequest) ([]Holder, error) {
-	insp, ok := s.b.(Inspector)
+	insp, ok := s.b.(driver.Inspector)
 	if !ok {
 		return nil, fmt.Errorf("simba: inspect: %w", ErrNoInspector)
 	}
 	return insp.Inspect(ctx, req)
-}
-
-// InspectLater is Inspect for modules built on the session (a group polls
-// its members with it): it must be called with the engine's lock held, and
-// reply runs later with the lock held, like a [ClaimHandler] method. The
-// call goes through the session's Env (virtual time in the simulation) and
-// times out after one renewal period (reply then gets
-// context.DeadlineExceeded); Close waits for it. After Close, reply runs
-// at once with ErrClosed.
-func (s *Session) InspectLater(req InspectRequest, reply func([]Holder, error)) {
-	insp, ok := s.b.(Inspector)
-	switch {
-	case !ok:
-		reply(nil, fmt.Errorf("simba: inspect: %w", ErrNoInspector))
-		return
-	case s.state == Closed:
-		reply(nil, fmt.Errorf("simba: inspect: %w", ErrClosed))
-		return
-	}
-	var hs []Holder
-	var err error
-	s.call(func(ctx context.Context) {
-		hs, err = insp.Inspect(ctx, req)
-	}, func(timedOut bool) {
-		if timedOut {
-			hs, err = nil, context.DeadlineExceeded
-		}
-		reply(hs, err)
-	}, nil)
 }

@@ -3,6 +3,8 @@ package session
 import (
 	"context"
 	"time"
+
+	"github.com/simba-go/simba/internal/layer"
 )
 
 // WatchNotices calls fn for every release notice the backend pushes to the
@@ -57,8 +59,10 @@ func (s *Session) StateSince() (State, time.Duration) {
 }
 
 // termParent is the parent context of a new term. Lock held.
-func (s *Session) termParent(c *Claim, elected Event) context.Context {
-	ctx := context.WithValue(s.root, markerKey{}, c)
+func (s *Session) termParent(c *claim, elected Event) context.Context {
+	// The marker says whose term it is (self-waits); the engine lets the
+	// layers built on the session find it from the term's context.
+	ctx := layer.WithEngine(context.WithValue(s.root, markerKey{}, c), hooks{s})
 	if s.termCtx != nil {
 		elected.Time = s.env.Now()
 		if d := s.termCtx(ctx, elected); d != nil && d.Value(markerKey{}) == c {

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 	"github.com/simba-go/simba/term"
 )
@@ -31,21 +33,21 @@ func TestTermContextDecoratorReachesTheTerm(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		c, err := s.Claim("jobs", &recorder{})
+		c, err := layer.MustOf(s).Claim("jobs", &recorder{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.Do(func() { c.Want(true) })
+		layer.MustOf(s).Do(func() { c.Want(true) })
 		synctest.Wait()
 		var tm *term.Term
-		s.Do(func() { tm = c.Term() })
+		layer.MustOf(s).Do(func() { tm = c.Term() })
 		if tm == nil {
 			t.Fatal("no term")
 		}
 		if got := tm.Context().Value(ctxKey{}); got != tm.Token() {
 			t.Fatalf("term context value = %v, want the token %d", got, tm.Token())
 		}
-		if session.FromContext(tm.Context()) != s {
+		if e, ok := layer.FromContext(tm.Context()); !ok || e != layer.MustOf(s) {
 			t.Fatal("a decorated term context lost its session")
 		}
 		if len(seen) != 1 || seen[0].Kind != session.TermElected || seen[0].Name != "jobs" || seen[0].Session != s.ID() || seen[0].Time.IsZero() {
@@ -63,12 +65,12 @@ func TestTermContextDecoratorNotDerivedIsIgnored(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		c, _ := s.Claim("jobs", &recorder{})
-		s.Do(func() { c.Want(true) })
+		c, _ := layer.MustOf(s).Claim("jobs", &recorder{})
+		layer.MustOf(s).Do(func() { c.Want(true) })
 		synctest.Wait()
 		var tm *term.Term
-		s.Do(func() { tm = c.Term() })
-		if session.FromContext(tm.Context()) != s {
+		layer.MustOf(s).Do(func() { tm = c.Term() })
+		if e, ok := layer.FromContext(tm.Context()); !ok || e != layer.MustOf(s) {
 			t.Fatal("a decorator returning an unrelated context cut the term off its session")
 		}
 	})
@@ -121,7 +123,7 @@ func TestWatchNoticesWithoutBroadcaster(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b, _ := memory.New()
 		s := openDecorated(t, plain{b})
-		if _, ok := s.WatchNotices(func(session.Notice) {}); ok {
+		if _, ok := s.WatchNotices(func(driver.Notice) {}); ok {
 			t.Fatal("WatchNotices reported notices from a backend that does not broadcast")
 		}
 	})
@@ -131,22 +133,22 @@ func TestWatchNotices(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, deadline.Config{})
 		c, _ := f.claim("jobs")
-		var got []session.Notice
-		stop, ok := f.s.WatchNotices(func(n session.Notice) { got = append(got, n) })
+		var got []driver.Notice
+		stop, ok := f.s.WatchNotices(func(n driver.Notice) { got = append(got, n) })
 		if !ok {
 			t.Fatal("WatchNotices: the memory backend broadcasts")
 		}
-		f.s.Do(func() { c.Release(term.Stopped, nil) })
+		layer.MustOf(f.s).Do(func() { c.Release(term.Stopped, nil) })
 		synctest.Wait()
 		if len(got) == 0 || got[0].Name != "jobs" {
 			t.Fatalf("notices = %v, want the release of jobs", got)
 		}
 		stop()
 		n := len(got)
-		c2, _ := f.s.Claim("other", &recorder{})
-		f.s.Do(func() { c2.Want(true) })
+		c2, _ := layer.MustOf(f.s).Claim("other", &recorder{})
+		layer.MustOf(f.s).Do(func() { c2.Want(true) })
 		synctest.Wait()
-		f.s.Do(func() { c2.Release(term.Stopped, nil) })
+		layer.MustOf(f.s).Do(func() { c2.Release(term.Stopped, nil) })
 		synctest.Wait()
 		if len(got) != n {
 			t.Fatalf("notices after stop: %v", got[n:])

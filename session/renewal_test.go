@@ -8,7 +8,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 	"github.com/simba-go/simba/term"
 )
@@ -20,7 +22,7 @@ type failRelease struct {
 	fail atomic.Bool
 }
 
-func (f *failRelease) Release(ctx context.Context, req session.ReleaseRequest) error {
+func (f *failRelease) Release(ctx context.Context, req driver.ReleaseRequest) error {
 	if f.fail.CompareAndSwap(true, false) {
 		return errors.New("release lost")
 	}
@@ -37,11 +39,11 @@ func TestFailedReleaseIsHealedByARenewalAfterAQuietOne(t *testing.T) {
 		d := &failRelease{Backend: b}
 		s := openDecorated(t, d)
 		r := &recorder{}
-		c, err := s.Claim("a", r)
+		c, err := layer.MustOf(s).Claim("a", r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.Do(func() { c.Want(true) })
+		layer.MustOf(s).Do(func() { c.Want(true) })
 		synctest.Wait()
 		every := s.Config().RenewInterval
 		advance(3*every + time.Millisecond) // quiet renewals: the set is checked, then skipped
@@ -49,7 +51,7 @@ func TestFailedReleaseIsHealedByARenewalAfterAQuietOne(t *testing.T) {
 			t.Fatal("the lease was not won")
 		}
 		d.fail.Store(true)
-		s.Do(func() { c.Want(false); c.Release(term.Stopped, nil) })
+		layer.MustOf(s).Do(func() { c.Want(false); c.Release(term.Stopped, nil) })
 		synctest.Wait()
 		if _, _, ok := b.Owner("a"); !ok {
 			t.Fatal("the failing release released the lease")

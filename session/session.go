@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/internal/layer"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/term"
 )
 
@@ -35,6 +37,8 @@ var (
 //
 // A Session is safe for concurrent use. Close it to release every lease.
 type Session struct {
+	link // how Simba's own layers find the engine hooks (package internal/layer)
+
 	cfg       deadline.Config
 	owner     Owner
 	b         Backend
@@ -55,11 +59,11 @@ type Session struct {
 	inc        *incarnation
 	renewEvery time.Duration
 	seq        uint64
-	anyQueued  bool   // some claim is queued (Claim.queue): pumpAcquire has work
-	heldGen    uint64 // moves whenever a claim's held lease changes (Claim.setHeld)
-	claims     map[string]*Claim
+	anyQueued  bool   // some claim is queued (claim.queue): pumpAcquire has work
+	heldGen    uint64 // moves whenever a claim's held lease changes (claim.setHeld)
+	claims     map[string]*claim
 	tokens     map[string]uint64 // highest token of any term made per name: a later term's must exceed it
-	order      []*Claim          // claims in registration order, for deterministic batches
+	order      []*claim          // claims in registration order, for deterministic batches
 	openFails  int
 	acquiring  bool
 	holdPump   bool // WantAll is queueing claims: one Acquire when it is done
@@ -103,7 +107,7 @@ type cleanMark struct {
 
 type pendingRelease struct {
 	inc   *incarnation
-	lease Lease
+	lease driver.Lease
 	done  func()
 }
 
@@ -158,13 +162,14 @@ func New(b Backend, opts ...Option) (*Session, error) {
 		state:     Opening,
 		termCtx:   o.termCtx,
 		watchers:  make(map[*func(Notice)]struct{}),
-		claims:    make(map[string]*Claim),
+		claims:    make(map[string]*claim),
 		tokens:    make(map[string]uint64),
 	}
+	layer.Bind(&s.link, hooks{s})
 	s.since = s.env.Now()
 	s.renewEvery = s.cfg.RenewInterval
 	s.progress = sync.NewCond(&s.mu)
-	if bc, ok := b.(Broadcaster); ok {
+	if bc, ok := b.(driver.Broadcaster); ok {
 		unsub, err := bc.Subscribe(s.notice)
 		if err != nil {
 			cancel()
@@ -205,9 +210,6 @@ func (s *Session) Config() deadline.Config { return s.cfg }
 // opened with (see [WithIdentity]).
 func (s *Session) Owner() Owner { return s.owner }
 
-// Env is the environment the engine runs on.
-func (s *Session) Env() Env { return s.env }
-
 // ID is the current backend session's id, or "" while Opening or Closed.
 func (s *Session) ID() ID {
 	s.mu.Lock()
@@ -243,7 +245,7 @@ func (s *Session) Remaining() time.Duration {
 // started has returned. Called from a callback or a leader task, it does not
 // wait (that would be waiting for itself) and returns ErrWouldBlockSelf.
 func (s *Session) Close() error {
-	self := s.WouldWaitForSelf(context.Background(), nil)
+	self := s.wouldWaitForSelf(context.Background(), nil)
 	s.mu.Lock()
 	if s.state == Closed {
 		s.mu.Unlock()
@@ -334,7 +336,7 @@ func (s *Session) emit(e Event) {
 	if e.RenewEvery == 0 {
 		e.RenewEvery = s.renewEvery
 	}
-	s.Defer(func() {
+	s.deferFn(func() {
 		if logs {
 			logEvent(s.log, e)
 		}
@@ -344,20 +346,20 @@ func (s *Session) emit(e Event) {
 	})
 }
 
-// Defer runs f after the engine's lock is released, after everything
+// deferFn runs f after the engine's lock is released, after everything
 // deferred before it, on the goroutine releasing the lock. It must be called
-// with the lock held (inside [Session.Do] or a [ClaimHandler] method).
+// with the lock held (inside do or a layer.ClaimHandler method).
 // Modules built on the session use it to deliver callbacks in order without
 // holding the lock.
-func (s *Session) Defer(f func()) {
+func (s *Session) deferFn(f func()) {
 	s.effects = append(s.effects, f)
 	s.queued++
 }
 
-// Do runs f with the engine's lock held, then runs what f deferred. It is
+// do runs f with the engine's lock held, then runs what f deferred. It is
 // how modules built on the session (election, lock, group) change engine
 // state; f must not block.
-func (s *Session) Do(f func()) {
+func (s *Session) do(f func()) {
 	s.mu.Lock()
 	f()
 	s.mu.Unlock()
@@ -392,41 +394,41 @@ func (s *Session) drain() {
 	s.mu.Unlock()
 }
 
-// Go runs f, a leader task of owner (a claim or a claim's owner key; nil:
+// goOwn runs f, a leader task of owner (a claim or a claim's owner key; nil:
 // the whole session's), on a goroutine of the session's Env, counted by
 // Close and recognised as owner's (so that blocking calls made from f do not
 // wait for f). Modules built on the session run leader tasks with it.
-func (s *Session) Go(owner any, f func()) {
+func (s *Session) goOwn(owner any, f func()) {
 	s.wg.Add(1)
 	s.env.Go(func() {
 		defer s.wg.Done()
-		s.Inside(owner, false, f)
+		s.runInside(owner, false, f)
 	})
 }
 
-// Hold makes Close wait until release is called (unless Close is called
+// hold makes Close wait until release is called (unless Close is called
 // from the session's own callbacks or tasks). Modules built on the session
 // hold it while a callback is queued or running on their executor, so that
 // nothing is delivered after Close returns.
-func (s *Session) Hold() (release func()) {
+func (s *Session) hold() (release func()) {
 	s.wg.Add(1)
 	var once sync.Once
 	return func() { once.Do(s.wg.Done) }
 }
 
-// Inside runs f, a user callback of owner (a claim or a claim's owner key;
+// runInside runs f, a user callback of owner (a claim or a claim's owner key;
 // nil: the whole session's), marked as such: blocking calls made from f
 // without a context do not wait for work that f itself delays. loop says f
 // runs on the delivery loop (a Direct executor), which then delivers
 // nothing else until f returns. Callback executors of modules built on the
 // session wrap user callbacks with it.
-func (s *Session) Inside(owner any, loop bool, f func()) {
+func (s *Session) runInside(owner any, loop bool, f func()) {
 	id := s.inside.enter(mark{owner: owner, loop: loop})
 	defer s.inside.exit(id)
 	f()
 }
 
-// WouldWaitForSelf reports whether a wait for owner's handovers (owner: a
+// wouldWaitForSelf reports whether a wait for owner's handovers (owner: a
 // claim or a claim's owner key; nil: the whole session, as Close waits)
 // would wait for the caller itself: ctx was handed out for a term of owner
 // (its callbacks' and tasks' context; any term of the session when owner is
@@ -435,8 +437,8 @@ func (s *Session) Inside(owner any, loop bool, f func()) {
 // delivery waits for. A wait for another owner's handover from a callback
 // or task off the loop does not depend on the caller, and waits. Blocking
 // calls use it to avoid deadlocking on themselves.
-func (s *Session) WouldWaitForSelf(ctx context.Context, owner any) bool {
-	if m, _ := ctx.Value(markerKey{}).(*Claim); m != nil && m.s == s && (owner == nil || m.ownerKey() == owner) {
+func (s *Session) wouldWaitForSelf(ctx context.Context, owner any) bool {
+	if m, _ := ctx.Value(markerKey{}).(*claim); m != nil && m.s == s && (owner == nil || m.ownerKey() == owner) {
 		return true
 	}
 	for _, m := range s.inside.current() {
@@ -448,15 +450,6 @@ func (s *Session) WouldWaitForSelf(ctx context.Context, owner any) bool {
 }
 
 type markerKey struct{}
-
-// FromContext returns the session that handed out ctx (a term's context or
-// one derived from it), or nil.
-func FromContext(ctx context.Context) *Session {
-	if c, _ := ctx.Value(markerKey{}).(*Claim); c != nil {
-		return c.s
-	}
-	return nil
-}
 
 // after arms t to run f with the lock held after d. Lock held.
 func (s *Session) after(t *timer, d time.Duration, f func()) {

@@ -13,7 +13,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 	"github.com/simba-go/simba/term"
 )
@@ -139,14 +141,14 @@ func openDecorated(t *testing.T, b session.Backend) *session.Session {
 	return s
 }
 
-func (f *fixture) claim(name string) (*session.Claim, *recorder) {
+func (f *fixture) claim(name string) (layer.Claim, *recorder) {
 	f.t.Helper()
 	r := &recorder{}
-	c, err := f.s.Claim(name, r)
+	c, err := layer.MustOf(f.s).Claim(name, r)
 	if err != nil {
 		f.t.Fatalf("Claim(%q): %v", name, err)
 	}
-	f.s.Do(func() { c.Want(true) })
+	layer.MustOf(f.s).Do(func() { c.Want(true) })
 	synctest.Wait()
 	return c, r
 }
@@ -201,22 +203,22 @@ func TestAcquisitionsAreBatched(t *testing.T) {
 		f := newFixture(t, deadline.Config{})
 		other := openOn(t, f.b.NewClient(), deadline.Config{})
 		const n = 1000
-		var theirs, ours []*session.Claim
+		var theirs, ours []layer.Claim
 		for i := range n {
 			name := fmt.Sprintf("job-%d", i)
-			c, err := other.s.Claim(name, &recorder{})
+			c, err := layer.MustOf(other.s).Claim(name, &recorder{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			theirs = append(theirs, c)
-			c, err = f.s.Claim(name, &recorder{})
+			c, err = layer.MustOf(f.s).Claim(name, &recorder{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			ours = append(ours, c)
 		}
-		want := func(s *session.Session, cs []*session.Claim) {
-			s.Do(func() {
+		want := func(s *session.Session, cs []layer.Claim) {
+			layer.MustOf(s).Do(func() {
 				for _, c := range cs {
 					c.Want(true)
 				}
@@ -280,6 +282,14 @@ func TestFailedRenewalSuspendsWithHalvingBackoffUntilDeadline(t *testing.T) {
 		}
 		if f.ev.count(session.SessionDeadlinePassed) != 1 {
 			t.Fatal("no SessionDeadlinePassed event")
+		}
+		// Event.State is the state after the event: the deadline ended the
+		// backend session, and a new one is being opened.
+		if ev, _ := f.ev.last(session.SessionDeadlinePassed); ev.State != session.Opening {
+			t.Fatalf("SessionDeadlinePassed.State = %v, want OPENING", ev.State)
+		}
+		if ev, _ := f.ev.last(session.TermRevoked); ev.Reason != term.DeadlinePassed || ev.State != session.Opening {
+			t.Fatalf("TermRevoked (%v).State = %v, want DEADLINE_PASSED in OPENING", ev.Reason, ev.State)
 		}
 		if got := f.s.State(); got != session.Opening {
 			t.Fatalf("State() after the deadline = %v, want OPENING", got)
@@ -350,6 +360,9 @@ func TestExpiredSessionIsNeverRevived(t *testing.T) {
 		if f.ev.count(session.SessionExpired) != 1 || f.ev.count(session.SessionOpened) != 2 {
 			t.Fatalf("events: expired %d opened %d, want 1 and 2", f.ev.count(session.SessionExpired), f.ev.count(session.SessionOpened))
 		}
+		if ev, _ := f.ev.last(session.SessionExpired); ev.State != session.Opening {
+			t.Fatalf("SessionExpired.State = %v, want OPENING (the state after the event)", ev.State)
+		}
 		if id := f.s.ID(); id == old || id == "" {
 			t.Fatalf("ID() = %q after expiry, want a new id (old %q)", id, old)
 		}
@@ -370,8 +383,8 @@ type dropLease struct {
 	drop string
 }
 
-func (d *dropLease) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
-	r, err := d.Backend.Renew(ctx, session.RenewRequest{ID: req.ID})
+func (d *dropLease) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
+	r, err := d.Backend.Renew(ctx, driver.RenewRequest{ID: req.ID})
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.drop != "" {
@@ -392,9 +405,9 @@ func TestRenewalThatNoLongerListsALeaseEndsItsTerm(t *testing.T) {
 		d := &dropLease{Backend: b}
 		s := openDecorated(t, d)
 		ra, rb := &recorder{}, &recorder{}
-		ca, _ := s.Claim("a", ra)
-		cb, _ := s.Claim("b", rb)
-		s.Do(func() { ca.Want(true); cb.Want(true) })
+		ca, _ := layer.MustOf(s).Claim("a", ra)
+		cb, _ := layer.MustOf(s).Claim("b", rb)
+		layer.MustOf(s).Do(func() { ca.Want(true); cb.Want(true) })
 		synctest.Wait()
 		d.mu.Lock()
 		d.drop = "a"
@@ -477,7 +490,7 @@ func TestCloseReleasesEveryLeaseAtOnce(t *testing.T) {
 		if f.s.State() != session.Closed || f.ev.count(session.SessionClosed) != 1 {
 			t.Fatal("not CLOSED, or no SessionClosed event")
 		}
-		if _, err := f.s.Claim("d", &recorder{}); !errors.Is(err, session.ErrClosed) {
+		if _, err := layer.MustOf(f.s).Claim("d", &recorder{}); !errors.Is(err, session.ErrClosed) {
 			t.Fatalf("Claim after Close = %v, want ErrClosed", err)
 		}
 		if err := f.s.Close(); err != nil {
@@ -507,7 +520,7 @@ func TestNoticeTriggersAnAttemptAtOnce(t *testing.T) {
 		if len(ra.terms()) != 1 || len(rb.terms()) != 0 {
 			t.Fatal("want a to lead and b to wait")
 		}
-		f.s.Do(func() { ca.Want(false); ca.Release(term.Stopped, nil) })
+		layer.MustOf(f.s).Do(func() { ca.Want(false); ca.Release(term.Stopped, nil) })
 		synctest.Wait() // no time passes: the notice, not a tick, wakes b
 		if len(rb.terms()) != 1 || !rb.terms()[0].Valid() {
 			t.Fatal("b did not take over at once on the release notice")
@@ -524,7 +537,7 @@ type slowAcquire struct {
 	delay time.Duration
 }
 
-func (s *slowAcquire) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+func (s *slowAcquire) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	r, err := s.Backend.Acquire(context.Background(), req)
 	<-time.After(s.delay) // the reply travels slowly; the engine gave up already
 	return r, err
@@ -536,10 +549,10 @@ func TestLateReplyToAnAbandonedAttemptIsReleased(t *testing.T) {
 		slow := &slowAcquire{Backend: b, delay: 6 * time.Second}
 		s := openDecorated(t, slow)
 		r := &recorder{}
-		c, _ := s.Claim("jobs", r)
-		s.Do(func() { c.Want(true) })
+		c, _ := layer.MustOf(s).Claim("jobs", r)
+		layer.MustOf(s).Do(func() { c.Want(true) })
 		advance(5*time.Second + time.Millisecond) // the attempt timed out
-		s.Do(func() { c.Want(false) })
+		layer.MustOf(s).Do(func() { c.Want(false) })
 		advance(10 * time.Second) // every late reply has arrived
 		if len(r.terms()) != 0 {
 			t.Fatal("a reply that came after the attempt timed out became a term")
@@ -556,11 +569,11 @@ func TestLateReplyToAnAbandonedAttemptIsReleased(t *testing.T) {
 func TestClaimErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, deadline.Config{})
-		if _, err := f.s.Claim("a/b", &recorder{}); !errors.Is(err, deadline.ErrInvalidName) {
+		if _, err := layer.MustOf(f.s).Claim("a/b", &recorder{}); !errors.Is(err, deadline.ErrInvalidName) {
 			t.Fatalf("Claim(a/b) = %v, want ErrInvalidName", err)
 		}
 		f.claim("jobs")
-		if _, err := f.s.Claim("jobs", &recorder{}); !errors.Is(err, session.ErrAlreadyStarted) {
+		if _, err := layer.MustOf(f.s).Claim("jobs", &recorder{}); !errors.Is(err, session.ErrAlreadyStarted) {
 			t.Fatalf("second Claim(jobs) = %v, want ErrAlreadyStarted", err)
 		}
 	})
@@ -608,16 +621,16 @@ type staleToken struct {
 	stale uint64
 }
 
-func (b *staleToken) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+func (b *staleToken) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	b.mu.Lock()
 	stale := b.stale
 	b.mu.Unlock()
 	if stale == 0 {
 		return b.Backend.Acquire(ctx, req)
 	}
-	r := session.AcquireReply{}
+	r := driver.AcquireReply{}
 	for _, n := range req.Names {
-		r.Results = append(r.Results, session.AcquireResult{Name: n, Token: stale})
+		r.Results = append(r.Results, driver.AcquireResult{Name: n, Token: stale})
 	}
 	return r, nil
 }
@@ -628,16 +641,16 @@ func TestTokenNotAboveAReleasedOneIsRefused(t *testing.T) {
 		sb := &staleToken{Backend: b}
 		s := openDecorated(t, sb)
 		r := &recorder{}
-		c, _ := s.Claim("jobs", r)
-		s.Do(func() { c.Want(true) })
+		c, _ := layer.MustOf(s).Claim("jobs", r)
+		layer.MustOf(s).Do(func() { c.Want(true) })
 		synctest.Wait()
 		first := r.terms()[0]
-		s.Do(func() { c.Want(false); c.Release(term.Stopped, nil) })
+		layer.MustOf(s).Do(func() { c.Want(false); c.Release(term.Stopped, nil) })
 		synctest.Wait()
 		sb.mu.Lock()
 		sb.stale = first.Token()
 		sb.mu.Unlock()
-		s.Do(func() { c.Want(true) })
+		layer.MustOf(s).Do(func() { c.Want(true) })
 		advance(time.Minute) // many candidate ticks, each answered with the released token
 		if n := len(r.terms()); n != 1 {
 			t.Fatalf("%d terms; a token not above one this session released became a term", n)
@@ -654,7 +667,7 @@ func TestCloseFromATaskWhileAnotherCloseWaitsDoesNotDeadlock(t *testing.T) {
 		_, r := f.claim("jobs")
 		tm := r.terms()[0]
 		inner := make(chan error, 1)
-		f.s.Go(nil, func() {
+		layer.MustOf(f.s).Go(nil, func() {
 			<-tm.Done()
 			inner <- f.s.Close()
 		})
@@ -734,11 +747,11 @@ func TestCloseWithCallsInFlight(t *testing.T) {
 		f.b.Pause()
 		advance(5*time.Second + time.Millisecond) // a renewal is now in flight
 		r := &recorder{}
-		c, err := f.s.Claim("jobs", r)
+		c, err := layer.MustOf(f.s).Claim("jobs", r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.s.Do(func() { c.Want(true) }) // and an acquisition
+		layer.MustOf(f.s).Do(func() { c.Want(true) }) // and an acquisition
 		synctest.Wait()
 		if st := f.b.Stats(); st.Renew != 1 || st.Acquire != 1 {
 			t.Fatalf("calls in flight: %+v, want one renewal and one acquisition", st)
@@ -768,7 +781,7 @@ type lateOpen struct {
 	ids     []session.ID
 }
 
-func (l *lateOpen) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+func (l *lateOpen) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	r, err := l.Backend.Open(context.Background(), req)
 	<-l.release
 	l.mu.Lock()

@@ -1,6 +1,10 @@
 package session
 
-import "time"
+import (
+	"time"
+
+	"github.com/simba-go/simba/internal/layer"
+)
 
 // Duration is a time.Duration that encodes as text ("1.5s") in JSON.
 type Duration time.Duration
@@ -46,7 +50,7 @@ func (s *Session) Snapshot() Snapshot {
 	}
 	for _, c := range s.order {
 		e := Entry{Name: c.name, Kind: "claim"}
-		if d, ok := c.h.(Describer); ok {
+		if d, ok := c.h.(layer.Describer); ok {
 			e.Kind, e.Status = d.Describe()
 		}
 		if h := c.held; h != nil {

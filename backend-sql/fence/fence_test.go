@@ -20,7 +20,7 @@ import (
 	"github.com/simba-go/simba/backend-sql/mysqlsimba"
 	"github.com/simba-go/simba/backend-sql/pgsimba"
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -38,7 +38,7 @@ func env(t *testing.T, name string) string {
 // guard it, write, and commit or roll back.
 type store struct {
 	name    string
-	backend func(t *testing.T, prefix string) session.Backend
+	backend func(t *testing.T, prefix string) driver.Backend
 	fences  *fence.Table
 	// write runs guard + write in one transaction, committing on success.
 	write func(ctx context.Context, name string, token uint64, owner string) error
@@ -71,7 +71,7 @@ func pgStore(t *testing.T, viaSQL bool) store {
 		_, _ = pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+accounts+", "+prefix+"_fence")
 	})
 	s := store{name: "pgx", fences: ft,
-		backend: func(t *testing.T, p string) session.Backend {
+		backend: func(t *testing.T, p string) driver.Backend {
 			b, err := pgsimba.New(sqltest.Ctx(t), pool, pgsimba.WithPrefix(p))
 			if err != nil {
 				t.Fatal(err)
@@ -153,7 +153,7 @@ func mysqlStore(t *testing.T) store {
 		_, _ = db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+accounts+", "+prefix+"_fence")
 	})
 	s := store{name: "database/sql on MariaDB", fences: ft,
-		backend: func(t *testing.T, p string) session.Backend {
+		backend: func(t *testing.T, p string) driver.Backend {
 			b, err := mysqlsimba.New(sqltest.Ctx(t), db, mysqlsimba.WithPrefix(p))
 			if err != nil {
 				t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/mysqlsimba"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // TestBackend runs the SQL tests both dialects share (see package sqltest).
@@ -50,9 +50,9 @@ func ExampleNew() {
 		return
 	}
 	defer b.Shutdown()
-	// Hand b to the session engine; it is a session.Backend. Candidates
+	// Hand b to the session engine; it is a driver.Backend. Candidates
 	// poll: MySQL has no LISTEN/NOTIFY.
-	var _ session.Backend = b
+	var _ driver.Backend = b
 }
 
 // With WithoutSchemaCreation the backend relies on the user's migration:
@@ -66,7 +66,7 @@ func TestSchemaFromMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Shutdown()
-	if _, err := b.Open(sqltest.Ctx(t), session.OpenRequest{LeaseDuration: time.Second}); err == nil {
+	if _, err := b.Open(sqltest.Ctx(t), driver.OpenRequest{LeaseDuration: time.Second}); err == nil {
 		t.Fatal("Open succeeded without a schema")
 	}
 	stmts, err := mysqlsimba.Schema(prefix)

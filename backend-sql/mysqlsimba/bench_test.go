@@ -7,14 +7,14 @@ import (
 
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/mysqlsimba"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 func bench(b *testing.B) sqltest.Bench {
 	d := dsn(b)
 	db := newDB(b, d, nil)
 	h := sqltest.Harness{
-		NewCounted: func(t testing.TB, w *sqltest.WireCounter) session.Backend {
+		NewCounted: func(t testing.TB, w *sqltest.WireCounter) driver.Backend {
 			cdb := newDB(t, d, w)
 			cdb.SetMaxOpenConns(1)
 			return newBackend(t, cdb, "")
@@ -23,7 +23,7 @@ func bench(b *testing.B) sqltest.Bench {
 	schemaMade := map[string]bool{}
 	return sqltest.Bench{
 		Harness: h,
-		NewClient: func(b *testing.B, prefix string) session.Backend {
+		NewClient: func(b *testing.B, prefix string) driver.Backend {
 			if prefix == "" {
 				prefix = sqltest.FreshPrefix()
 			}

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/backend-sql/mysqlsimba"
-	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/session/backendtest"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // TestConformance runs the backend conformance kit against the real
@@ -23,7 +23,7 @@ func TestConformance(t *testing.T) {
 		}
 	})
 	backendtest.Run(t, backendtest.Config{
-		NewBackend: func(t *testing.T, namespace string) session.Backend {
+		NewBackend: func(t *testing.T, namespace string) driver.Backend {
 			mu.Lock()
 			prefixes[namespace] = true
 			mu.Unlock()

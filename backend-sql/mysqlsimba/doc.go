@@ -10,7 +10,7 @@
 // answers the remaining duration, computed in SQL.
 //
 // MySQL has no LISTEN/NOTIFY, so this backend does not implement
-// session.Broadcaster: candidates poll (every renewInterval/2 plus jitter),
+// driver.Broadcaster: candidates poll (every renewInterval/2 plus jitter),
 // as the specification says for SQL.
 //
 // Tokens rise strictly per name and survive releases (a released lease

@@ -13,7 +13,7 @@ import (
 
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/mysqlsimba"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -88,20 +88,20 @@ func harness(t *testing.T) sqltest.Harness {
 	d := dsn(t)
 	db := newDB(t, d, nil)
 	return sqltest.Harness{
-		New: func(ctx context.Context, prefix string) (session.Backend, func(), error) {
+		New: func(ctx context.Context, prefix string) (driver.Backend, func(), error) {
 			b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithPrefix(prefix))
 			if err != nil {
 				return nil, nil, err
 			}
 			return b, b.Shutdown, nil
 		},
-		NewCounted: func(t testing.TB, w *sqltest.WireCounter) session.Backend {
+		NewCounted: func(t testing.TB, w *sqltest.WireCounter) driver.Backend {
 			cdb := newDB(t, d, w)
 			cdb.SetMaxOpenConns(1)
 			return newBackend(t, cdb, "")
 		},
 		Drop: func(t testing.TB, prefix string) { dropSchema(t, db, prefix) },
-		LockSession: func(t *testing.T, prefix string, id session.ID) func() {
+		LockSession: func(t *testing.T, prefix string, id driver.ID) func() {
 			tx, err := db.BeginTx(ctxT(t), nil)
 			if err != nil {
 				t.Fatal(err)
@@ -123,7 +123,7 @@ func engine(t *testing.T) sqltest.Engine {
 	admin := newDB(t, d, nil)
 	h := harness(t)
 	return sqltest.Engine{
-		NewTracked: func(t *testing.T) (session.Backend, string, func(*testing.T) int) {
+		NewTracked: func(t *testing.T) (driver.Backend, string, func(*testing.T) int) {
 			var pt sqltest.PortTracker
 			cfg, err := mysql.ParseDSN(d)
 			if err != nil {
@@ -170,7 +170,7 @@ func engine(t *testing.T) sqltest.Engine {
 			}
 		},
 		LockSession: h.LockSession,
-		NewOnRestartable: func(t *testing.T) session.Backend {
+		NewOnRestartable: func(t *testing.T) driver.Backend {
 			rd := os.Getenv("SIMBA_MYSQL_RESTART_DSN")
 			if rd == "" {
 				t.Fatal("SIMBA_MYSQL_RESTART_DSN is not set: the restart test needs the private server that `make services` starts")

@@ -14,7 +14,7 @@ import (
 
 	sqlbackend "github.com/simba-go/simba/backend-sql"
 	"github.com/simba-go/simba/backend-sql/internal/core"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // Option configures [New].
@@ -34,7 +34,7 @@ func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = pref
 // (created from [Schema] by a migration tool) instead of creating them.
 func WithoutSchemaCreation() Option { return func(c *config) { c.createSchema = false } }
 
-// Backend is a [session.Backend] on MySQL or MariaDB. It does not broadcast
+// Backend is a [driver.Backend] on MySQL or MariaDB. It does not broadcast
 // releases: candidates find free leases by polling, as the specification
 // says for SQL. It is safe for concurrent use and may serve many sessions.
 type Backend struct {
@@ -50,8 +50,8 @@ type Backend struct {
 }
 
 var (
-	_ session.Backend   = (*Backend)(nil)
-	_ session.Inspector = (*Backend)(nil)
+	_ driver.Backend   = (*Backend)(nil)
+	_ driver.Inspector = (*Backend)(nil)
 )
 
 // New returns a backend on the user's database handle (opened with
@@ -102,7 +102,7 @@ func (b *Backend) ready(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.shut {
-		return session.ErrClosed
+		return driver.ErrClosed
 	}
 	if err := b.stmts.prepare(ctx, b.db, b.q); err != nil {
 		return fmt.Errorf("prepare: %w", err)
@@ -283,7 +283,7 @@ func (b *Backend) migrate(ctx context.Context) (err error) {
 
 // Shutdown closes the backend's prepared statements. The database handle
 // is the caller's and stays open. Later calls fail with an error wrapping
-// session.ErrClosed.
+// driver.ErrClosed.
 func (b *Backend) Shutdown() {
 	b.core.Shut()
 	b.mu.Lock()
@@ -292,40 +292,40 @@ func (b *Backend) Shutdown() {
 	b.stmts.closeAll()
 }
 
-// Inspect implements [session.Inspector] with one query: the held leases
+// Inspect implements [driver.Inspector] with one query: the held leases
 // of the names, or of the names starting with the prefix (a range on the
 // ascii_bin primary key, so no pattern), whose session has not expired by
 // the database clock.
-func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]session.Holder, error) {
+func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]driver.Holder, error) {
 	return b.core.Inspect(ctx, req)
 }
 
-// Open implements [session.Backend]: a new session with a random 128-bit
+// Open implements [driver.Backend]: a new session with a random 128-bit
 // id, expiring the requested lease duration after now by the database
 // clock.
-func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	return b.core.Open(ctx, req)
 }
 
-// Renew implements [session.Backend] in one call, whatever the number of
+// Renew implements [driver.Backend] in one call, whatever the number of
 // leases; the owned leases are listed only when their version changed.
-func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
 	return b.core.Renew(ctx, req)
 }
 
-// Acquire implements [session.Backend] in one call for the whole batch.
-func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+// Acquire implements [driver.Backend] in one call for the whole batch.
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	return b.core.Acquire(ctx, req)
 }
 
-// Release implements [session.Backend] in one call.
-func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error {
+// Release implements [driver.Backend] in one call.
+func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error {
 	return b.core.Release(ctx, req)
 }
 
-// Close implements [session.Backend]: it deletes the session and frees
+// Close implements [driver.Backend]: it deletes the session and frees
 // every lease it owned.
-func (b *Backend) Close(ctx context.Context, id session.ID) error {
+func (b *Backend) Close(ctx context.Context, id driver.ID) error {
 	return b.core.Close(ctx, id)
 }
 
@@ -433,7 +433,7 @@ func (s store) Renew(ctx context.Context, id string, known uint64) (core.RenewRe
 			header = true
 			r.RemainingUS, r.Version = rem.Int64, uint64(ver.Int64)
 		case name.Valid && token.Valid:
-			r.Leases = append(r.Leases, session.Lease{Name: name.String, Token: uint64(token.Int64)})
+			r.Leases = append(r.Leases, driver.Lease{Name: name.String, Token: uint64(token.Int64)})
 		default:
 			return core.RenewResult{}, false, core.ErrBadReply
 		}
@@ -466,7 +466,7 @@ func (s store) Acquire(ctx context.Context, id string, names []string) ([]uint64
 	return tokens, true, nil
 }
 
-func (s store) Release(ctx context.Context, id string, leases []session.Lease) error {
+func (s store) Release(ctx context.Context, id string, leases []driver.Lease) error {
 	var names, tokens strings.Builder
 	for i, l := range leases {
 		if i > 0 {

@@ -5,14 +5,14 @@ import (
 
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/mysqlsimba"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 func TestSchemaVersions(t *testing.T) {
 	db := newDB(t, dsn(t), nil)
 	sqltest.RunSchema(t, sqltest.Schema{
 		Label: "mysqlsimba",
-		New: func(t *testing.T, prefix string, create bool) (session.Backend, error) {
+		New: func(t *testing.T, prefix string, create bool) (driver.Backend, error) {
 			opts := []mysqlsimba.Option{mysqlsimba.WithPrefix(prefix)}
 			if !create {
 				opts = append(opts, mysqlsimba.WithoutSchemaCreation())
@@ -35,7 +35,7 @@ func TestSchemaVersions(t *testing.T) {
 				}
 			}
 		},
-		OpenFirst: func(t *testing.T, prefix string, id session.ID) {
+		OpenFirst: func(t *testing.T, prefix string, id driver.ID) {
 			if _, err := db.ExecContext(ctxT(t), "CALL "+prefix+"_open_v1(?, 600000000)", string(id)); err != nil {
 				t.Fatalf("open_v1: %v", err)
 			}

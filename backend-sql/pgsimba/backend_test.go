@@ -11,6 +11,7 @@ import (
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/pgsimba"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // TestBackend runs the SQL tests both dialects share (see package sqltest).
@@ -33,9 +34,9 @@ func ExampleConnect() {
 		return
 	}
 	defer b.Shutdown()
-	// Hand b to the session engine; it is a session.Backend and a
-	// session.Broadcaster.
-	var _ session.Backend = b
+	// Hand b to the session engine; it is a driver.Backend and a
+	// driver.Broadcaster.
+	var _ driver.Backend = b
 }
 
 func ExampleSchema() {
@@ -81,7 +82,7 @@ func TestSchemaFromMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Shutdown()
-	if _, err := b.Open(sqltest.Ctx(t), session.OpenRequest{LeaseDuration: time.Second}); err == nil {
+	if _, err := b.Open(sqltest.Ctx(t), driver.OpenRequest{LeaseDuration: time.Second}); err == nil {
 		t.Fatal("Open succeeded without a schema")
 	}
 	ddl, err := pgsimba.Schema(prefix)

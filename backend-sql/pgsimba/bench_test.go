@@ -5,21 +5,21 @@ import (
 	"testing"
 
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 func bench(b *testing.B) sqltest.Bench {
 	url := pgURL(b)
 	pool := newPool(b, url, nil)
 	h := sqltest.Harness{
-		NewCounted: func(t testing.TB, w *sqltest.WireCounter) session.Backend {
+		NewCounted: func(t testing.TB, w *sqltest.WireCounter) driver.Backend {
 			return newBackend(t, newPool(t, url+"&pool_max_conns=1", w), "")
 		},
 	}
 	var schemaMade = map[string]bool{}
 	return sqltest.Bench{
 		Harness: h,
-		NewClient: func(b *testing.B, prefix string) session.Backend {
+		NewClient: func(b *testing.B, prefix string) driver.Backend {
 			if prefix == "" {
 				prefix = sqltest.FreshPrefix()
 			}
@@ -72,8 +72,8 @@ func BenchmarkHandover(b *testing.B) { sqltest.RunHandover(b, bench(b)) }
 // BenchmarkHandoverBackend: A releases → B's LISTEN notice → B's Acquire,
 // without the engine.
 func BenchmarkHandoverBackend(b *testing.B) {
-	sqltest.RunHandoverBackend(b, bench(b), func(be session.Backend, fn func(session.Notice)) func() {
-		stop, err := be.(session.Broadcaster).Subscribe(fn)
+	sqltest.RunHandoverBackend(b, bench(b), func(be driver.Backend, fn func(driver.Notice)) func() {
+		stop, err := be.(driver.Broadcaster).Subscribe(fn)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -9,13 +9,13 @@ import (
 
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/pgsimba"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
-func subscribe(t *testing.T, b *pgsimba.Backend) (<-chan session.Notice, func()) {
+func subscribe(t *testing.T, b *pgsimba.Backend) (<-chan driver.Notice, func()) {
 	t.Helper()
-	ch := make(chan session.Notice, 64)
-	stop, err := b.Subscribe(func(n session.Notice) {
+	ch := make(chan driver.Notice, 64)
+	stop, err := b.Subscribe(func(n driver.Notice) {
 		select {
 		case ch <- n:
 		default:
@@ -30,7 +30,7 @@ func subscribe(t *testing.T, b *pgsimba.Backend) (<-chan session.Notice, func())
 }
 
 // next waits for a notice that satisfies ok, skipping others.
-func next(t *testing.T, ch <-chan session.Notice, what string, ok func(session.Notice) bool) {
+func next(t *testing.T, ch <-chan driver.Notice, what string, ok func(driver.Notice) bool) {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {
@@ -55,14 +55,14 @@ func TestBroadcastRelease(t *testing.T) {
 	}
 	t.Cleanup(b.Shutdown)
 	ch, _ := subscribe(t, b)
-	next(t, ch, "empty notice once LISTEN is up", func(n session.Notice) bool { return n.Name == "" })
+	next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
 
 	ida := open(t, a, 10*time.Second)
 	tok := acquire(t, a, ida, "boss")
-	if err := a.Release(ctxT(t), session.ReleaseRequest{ID: ida, Leases: []session.Lease{{Name: "boss", Token: tok}}}); err != nil {
+	if err := a.Release(ctxT(t), driver.ReleaseRequest{ID: ida, Leases: []driver.Lease{{Name: "boss", Token: tok}}}); err != nil {
 		t.Fatal(err)
 	}
-	next(t, ch, "notice for the released name", func(n session.Notice) bool { return n.Name == "boss" })
+	next(t, ch, "notice for the released name", func(n driver.Notice) bool { return n.Name == "boss" })
 
 	// Close announces every lease it frees.
 	acquire(t, a, ida, "c1")
@@ -70,17 +70,17 @@ func TestBroadcastRelease(t *testing.T) {
 	if err := a.Close(ctxT(t), ida); err != nil {
 		t.Fatal(err)
 	}
-	next(t, ch, "notice c1 from Close", func(n session.Notice) bool { return n.Name == "c1" })
-	next(t, ch, "notice c2 from Close", func(n session.Notice) bool { return n.Name == "c2" })
+	next(t, ch, "notice c1 from Close", func(n driver.Notice) bool { return n.Name == "c1" })
+	next(t, ch, "notice c2 from Close", func(n driver.Notice) bool { return n.Name == "c2" })
 
 	// A release that does not match announces nothing: only the next
 	// real one arrives.
 	idc := open(t, a, 10*time.Second)
 	tok = acquire(t, a, idc, "m")
-	if err := a.Release(ctxT(t), session.ReleaseRequest{ID: idc, Leases: []session.Lease{{Name: "m", Token: tok + 1}}}); err != nil {
+	if err := a.Release(ctxT(t), driver.ReleaseRequest{ID: idc, Leases: []driver.Lease{{Name: "m", Token: tok + 1}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Release(ctxT(t), session.ReleaseRequest{ID: idc, Leases: []session.Lease{{Name: "m", Token: tok}}}); err != nil {
+	if err := a.Release(ctxT(t), driver.ReleaseRequest{ID: idc, Leases: []driver.Lease{{Name: "m", Token: tok}}}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -98,7 +98,7 @@ func TestBroadcastSurvivesConnectionLoss(t *testing.T) {
 	prefix := sqltest.FreshPrefix()
 	a := newBackend(t, pool, prefix)
 	ch, _ := subscribe(t, a)
-	next(t, ch, "empty notice once LISTEN is up", func(n session.Notice) bool { return n.Name == "" })
+	next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
 
 	var killed int
 	err := pool.QueryRow(ctxT(t), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
@@ -107,13 +107,13 @@ func TestBroadcastSurvivesConnectionLoss(t *testing.T) {
 		t.Fatalf("terminating the listening connection: killed %d, %v; want 1", killed, err)
 	}
 	// After reconnecting, the backend says notices may have been lost.
-	next(t, ch, "empty notice after the reconnect", func(n session.Notice) bool { return n.Name == "" })
+	next(t, ch, "empty notice after the reconnect", func(n driver.Notice) bool { return n.Name == "" })
 	id := open(t, a, 10*time.Second)
 	tok := acquire(t, a, id, "after")
-	if err := a.Release(ctxT(t), session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: "after", Token: tok}}}); err != nil {
+	if err := a.Release(ctxT(t), driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: "after", Token: tok}}}); err != nil {
 		t.Fatal(err)
 	}
-	next(t, ch, "notice on the new connection", func(n session.Notice) bool { return n.Name == "after" })
+	next(t, ch, "notice on the new connection", func(n driver.Notice) bool { return n.Name == "after" })
 }
 
 func TestSubscribeStop(t *testing.T) {
@@ -121,7 +121,7 @@ func TestSubscribeStop(t *testing.T) {
 	prefix := sqltest.FreshPrefix()
 	a := newBackend(t, pool, prefix)
 	var stopped, late atomic.Bool
-	stop, err := a.Subscribe(func(n session.Notice) {
+	stop, err := a.Subscribe(func(n driver.Notice) {
 		if stopped.Load() {
 			late.Store(true)
 		}
@@ -141,18 +141,18 @@ func TestSubscribeStop(t *testing.T) {
 	}
 	t.Cleanup(w.Shutdown)
 	ch, _ := subscribe(t, w)
-	next(t, ch, "witness LISTEN up", func(n session.Notice) bool { return n.Name == "" })
+	next(t, ch, "witness LISTEN up", func(n driver.Notice) bool { return n.Name == "" })
 	id := open(t, a, 10*time.Second)
 	tok := acquire(t, a, id, "q")
-	if err := a.Release(ctxT(t), session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: "q", Token: tok}}}); err != nil {
+	if err := a.Release(ctxT(t), driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: "q", Token: tok}}}); err != nil {
 		t.Fatal(err)
 	}
-	next(t, ch, "witness notice", func(n session.Notice) bool { return n.Name == "q" })
+	next(t, ch, "witness notice", func(n driver.Notice) bool { return n.Name == "q" })
 	if late.Load() {
 		t.Fatal("fn called after stop returned")
 	}
 	a.Shutdown()
-	if _, err := a.Subscribe(func(session.Notice) {}); err == nil {
+	if _, err := a.Subscribe(func(driver.Notice) {}); err == nil {
 		t.Fatal("Subscribe after Shutdown succeeded")
 	}
 }
@@ -161,13 +161,13 @@ func TestSubscribeStop(t *testing.T) {
 // another session on the same backend) without deadlocking delivery.
 func TestSubscriberMayStopAnother(t *testing.T) {
 	a := newBackend(t, newPool(t, pgURL(t), nil), "")
-	stop2, err := a.Subscribe(func(session.Notice) {})
+	stop2, err := a.Subscribe(func(driver.Notice) {})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	var once sync.Once
-	stop1, err := a.Subscribe(func(session.Notice) {
+	stop1, err := a.Subscribe(func(driver.Notice) {
 		once.Do(func() {
 			stop2()
 			close(done)
@@ -180,7 +180,7 @@ func TestSubscriberMayStopAnother(t *testing.T) {
 	// Subscribe returned with LISTEN in effect, so a release reaches fn.
 	id := open(t, a, 10*time.Second)
 	tok := acquire(t, a, id, "q")
-	if err := a.Release(ctxT(t), session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: "q", Token: tok}}}); err != nil {
+	if err := a.Release(ctxT(t), driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: "q", Token: tok}}}); err != nil {
 		t.Fatal(err)
 	}
 	select {

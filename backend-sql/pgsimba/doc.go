@@ -8,7 +8,7 @@
 // now() (frozen at the transaction's start), and the client never compares
 // its clock with a database timestamp.
 //
-// The backend implements session.Broadcaster: a release (or a session
+// The backend implements driver.Broadcaster: a release (or a session
 // close) sends pg_notify on [Channel] in the same transaction, and one
 // dedicated connection per Backend value LISTENs for it, so a waiting
 // candidate takes over at once instead of at its next periodic attempt.

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // TestOnlyReleaseCommitsAsynchronously: the release routine sets
@@ -102,17 +102,17 @@ func TestNoticeComesAfterReleaseIsVisible(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch, _ := subscribe(t, b)
-	next(t, ch, "empty notice once LISTEN is up", func(n session.Notice) bool { return n.Name == "" })
+	next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
 	ida, idb := open(t, a, time.Minute), open(t, b, time.Minute)
 	for i := range 30 {
 		name := fmt.Sprintf("vis-%d", i)
 		tok := acquire(t, a, ida, name)
 		errc := make(chan error, 1)
 		go func() {
-			errc <- a.Release(ctxT(t), session.ReleaseRequest{ID: ida, Leases: []session.Lease{{Name: name, Token: tok}}})
+			errc <- a.Release(ctxT(t), driver.ReleaseRequest{ID: ida, Leases: []driver.Lease{{Name: name, Token: tok}}})
 		}()
-		next(t, ch, "notice for "+name, func(n session.Notice) bool { return n.Name == name })
-		rep, err := b.Acquire(ctxT(t), session.AcquireRequest{ID: idb, Names: []string{name}})
+		next(t, ch, "notice for "+name, func(n driver.Notice) bool { return n.Name == name })
+		rep, err := b.Acquire(ctxT(t), driver.AcquireRequest{ID: idb, Names: []string{name}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/pgsimba"
 	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/term"
 )
@@ -35,7 +36,7 @@ func TestEngineHandoverByNotify(t *testing.T) {
 	pool := newPool(t, pgURL(t), nil)
 	prefix := sqltest.FreshPrefix()
 	newBackend(t, pool, prefix) // creates the schema, drops it at the end
-	open := func() (*session.Session, terms, *session.Claim) {
+	open := func() (*session.Session, terms, layer.Claim) {
 		b, err := pgsimba.New(ctxT(t), pool, pgsimba.WithPrefix(prefix))
 		if err != nil {
 			t.Fatal(err)
@@ -47,11 +48,11 @@ func TestEngineHandoverByNotify(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = s.Close() })
 		won := terms{won: make(chan *term.Term, 4), refused: make(chan error, 4)}
-		c, err := s.Claim("leader", won)
+		c, err := layer.MustOf(s).Claim("leader", won)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.Do(func() { c.Want(true) })
+		layer.MustOf(s).Do(func() { c.Want(true) })
 		return s, won, c
 	}
 	sa, wonA, ca := open()
@@ -71,7 +72,7 @@ func TestEngineHandoverByNotify(t *testing.T) {
 		t.Fatal("B made no attempt")
 	}
 	poll := deadline.Config{}.WithDefaults().RenewInterval / 2
-	sa.Do(func() { ca.Want(false); ca.Release(term.Stopped, nil) })
+	layer.MustOf(sa).Do(func() { ca.Want(false); ca.Release(term.Stopped, nil) })
 	start := time.Now()
 	select {
 	case tb := <-wonB.won:

@@ -11,7 +11,7 @@ import (
 
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/pgsimba"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -77,12 +77,12 @@ DROP TABLE IF EXISTS `+prefix+`_sessions, `+prefix+`_leases, `+prefix+`_schema;`
 	}
 }
 
-func open(t testing.TB, b session.Backend, lease time.Duration) session.ID {
+func open(t testing.TB, b driver.Backend, lease time.Duration) driver.ID {
 	t.Helper()
 	return sqltest.Open(t, b, lease)
 }
 
-func acquire(t testing.TB, b session.Backend, id session.ID, name string) uint64 {
+func acquire(t testing.TB, b driver.Backend, id driver.ID, name string) uint64 {
 	t.Helper()
 	return sqltest.Acquire(t, b, id, name)
 }
@@ -93,18 +93,18 @@ func harness(t *testing.T) sqltest.Harness {
 	url := pgURL(t)
 	pool := newPool(t, url, nil)
 	return sqltest.Harness{
-		New: func(ctx context.Context, prefix string) (session.Backend, func(), error) {
+		New: func(ctx context.Context, prefix string) (driver.Backend, func(), error) {
 			b, err := pgsimba.New(ctx, pool, pgsimba.WithPrefix(prefix))
 			if err != nil {
 				return nil, nil, err
 			}
 			return b, b.Shutdown, nil
 		},
-		NewCounted: func(t testing.TB, w *sqltest.WireCounter) session.Backend {
+		NewCounted: func(t testing.TB, w *sqltest.WireCounter) driver.Backend {
 			return newBackend(t, newPool(t, url+"&pool_max_conns=1", w), "")
 		},
 		Drop: func(t testing.TB, prefix string) { dropSchema(t, pool, prefix) },
-		LockSession: func(t *testing.T, prefix string, id session.ID) func() {
+		LockSession: func(t *testing.T, prefix string, id driver.ID) func() {
 			tx, err := pool.Begin(ctxT(t))
 			if err != nil {
 				t.Fatal(err)
@@ -126,7 +126,7 @@ func engine(t *testing.T) sqltest.Engine {
 	admin := newPool(t, url, nil)
 	h := harness(t)
 	return sqltest.Engine{
-		NewTracked: func(t *testing.T) (session.Backend, string, func(*testing.T) int) {
+		NewTracked: func(t *testing.T) (driver.Backend, string, func(*testing.T) int) {
 			var pt sqltest.PortTracker
 			cfg, err := pgxpool.ParseConfig(url)
 			if err != nil {
@@ -151,7 +151,7 @@ func engine(t *testing.T) sqltest.Engine {
 			}
 		},
 		LockSession: h.LockSession,
-		NewOnRestartable: func(t *testing.T) session.Backend {
+		NewOnRestartable: func(t *testing.T) driver.Backend {
 			u := os.Getenv("SIMBA_POSTGRES_RESTART_URL")
 			if u == "" {
 				t.Fatal("SIMBA_POSTGRES_RESTART_URL is not set: the restart test needs the private server that `make services` starts")

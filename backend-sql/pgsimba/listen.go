@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // Reconnection delays of the listening connection.
@@ -18,20 +18,20 @@ const (
 // errShutdown is returned by Subscribe after Shutdown.
 var errShutdown = errors.New("pgsimba: backend shut down")
 
-// Subscribe implements [session.Broadcaster]. The first subscriber starts
+// Subscribe implements [driver.Broadcaster]. The first subscriber starts
 // one dedicated connection (taken from the pool and kept out of it) that
 // LISTENs on [Channel]; the last stop closes it. Subscribe waits until
 // LISTEN is in effect, at most [WithListenWait] (then candidates poll until
 // it is, and a warning is logged). Every release or close in the namespace is
 // delivered with its lease name. Each time the connection is
-// (re-)established, fn also gets an empty [session.Notice], because
+// (re-)established, fn also gets an empty [driver.Notice], because
 // notifications sent while nobody listened are lost: candidates then try
 // at once instead of waiting for their next periodic attempt.
 //
 // fn runs on the listener's goroutine, one notice at a time. stop waits
 // for a call of fn in progress and then guarantees no further call; fn
 // must not call its own stop.
-func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
+func (b *Backend) Subscribe(fn func(driver.Notice)) (stop func(), err error) {
 	if fn == nil {
 		return nil, errors.New("pgsimba: subscribe: nil function")
 	}
@@ -85,11 +85,11 @@ func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
 // lock during user code (fn may close other sessions, which unsubscribe).
 type subscriber struct {
 	mu      sync.Mutex
-	fn      func(session.Notice)
+	fn      func(driver.Notice)
 	stopped bool
 }
 
-func (b *Backend) dispatch(n session.Notice) {
+func (b *Backend) dispatch(n driver.Notice) {
 	b.mu.Lock()
 	subs := make([]*subscriber, 0, len(b.subs))
 	for _, s := range b.subs {
@@ -174,12 +174,12 @@ func (b *Backend) listenOnce(ctx context.Context, established func()) (bool, err
 		return false, err
 	}
 	established()
-	b.dispatch(session.Notice{}) // whatever was sent before now is lost
+	b.dispatch(driver.Notice{}) // whatever was sent before now is lost
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return true, err
 		}
-		b.dispatch(session.Notice{Name: n.Payload})
+		b.dispatch(driver.Notice{Name: n.Payload})
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/pgsimba"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // The LISTEN connection comes from the pool, so the pool's BeforeConnect
@@ -35,7 +35,7 @@ func TestListenerConnectionFromPool(t *testing.T) {
 	t.Cleanup(pool.Close)
 	b := newBackend(t, pool, "")
 	ch, _ := subscribe(t, b)
-	next(t, ch, "empty notice once LISTEN is up", func(n session.Notice) bool { return n.Name == "" })
+	next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
 	admin := newPool(t, pgURL(t), nil)
 	var n int
 	if err := admin.QueryRow(ctxT(t), `SELECT count(*) FROM pg_stat_activity
@@ -87,14 +87,14 @@ func TestFailingListenerIsLogged(t *testing.T) {
 	}
 	t.Cleanup(b.Shutdown)
 	ch, _ := subscribe(t, b)
-	next(t, ch, "empty notice once LISTEN is up", func(n session.Notice) bool { return n.Name == "" })
+	next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
 	channel, _ := pgsimba.Channel(prefix)
 	var killed int
 	if err := pool.QueryRow(ctxT(t), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE query = $1`, `LISTEN "`+channel+`"`).Scan(&killed); err != nil || killed != 1 {
 		t.Fatalf("terminating the listener: %d terminated, %v", killed, err)
 	}
-	next(t, ch, "empty notice once LISTEN is up again", func(n session.Notice) bool { return n.Name == "" })
+	next(t, ch, "empty notice once LISTEN is up again", func(n driver.Notice) bool { return n.Name == "" })
 	// Both are logged before the empty notice is delivered.
 	if !rec.has("WARN pgsimba: release notices lost") || !rec.has("INFO pgsimba: release notices subscribed again") {
 		t.Errorf("log records %q, want a warning that notices were lost and a note that they are back", rec.msgs)

@@ -16,7 +16,7 @@ import (
 
 	sqlbackend "github.com/simba-go/simba/backend-sql"
 	"github.com/simba-go/simba/backend-sql/internal/core"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // Option configures [New] and [Connect].
@@ -46,7 +46,7 @@ func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = pref
 // (created from [Schema] by a migration tool) instead of creating them.
 func WithoutSchemaCreation() Option { return func(c *config) { c.createSchema = false } }
 
-// Backend is a [session.Backend] and [session.Broadcaster] on PostgreSQL.
+// Backend is a [driver.Backend] and [driver.Broadcaster] on PostgreSQL.
 // It is safe for concurrent use and may serve many sessions.
 type Backend struct {
 	core    core.Backend
@@ -66,9 +66,9 @@ type Backend struct {
 }
 
 var (
-	_ session.Backend     = (*Backend)(nil)
-	_ session.Broadcaster = (*Backend)(nil)
-	_ session.Inspector   = (*Backend)(nil)
+	_ driver.Backend     = (*Backend)(nil)
+	_ driver.Broadcaster = (*Backend)(nil)
+	_ driver.Inspector   = (*Backend)(nil)
 )
 
 // New returns a backend on the user's pool. Unless [WithoutSchemaCreation]
@@ -214,7 +214,7 @@ func (b *Backend) installed(ctx context.Context, q interface {
 // Shutdown stops the LISTEN connection, if any, and closes the pool if
 // [Connect] opened it. Sessions are not closed: close them first (the
 // engine does on its Close). Later calls fail with an error wrapping
-// session.ErrClosed.
+// driver.ErrClosed.
 func (b *Backend) Shutdown() {
 	b.core.Shut()
 	b.mu.Lock()
@@ -230,34 +230,34 @@ func (b *Backend) Shutdown() {
 	}
 }
 
-// Open implements [session.Backend]: a new session with a random 128-bit
+// Open implements [driver.Backend]: a new session with a random 128-bit
 // id, expiring the requested lease duration after now by the database
 // clock.
-func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	return b.core.Open(ctx, req)
 }
 
-// Renew implements [session.Backend] in one statement, whatever the number
+// Renew implements [driver.Backend] in one statement, whatever the number
 // of leases; the owned leases are listed only when their version changed.
-func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
 	return b.core.Renew(ctx, req)
 }
 
-// Acquire implements [session.Backend] in one statement for the whole
+// Acquire implements [driver.Backend] in one statement for the whole
 // batch.
-func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	return b.core.Acquire(ctx, req)
 }
 
-// Release implements [session.Backend] in one statement, which also
+// Release implements [driver.Backend] in one statement, which also
 // announces each freed name on [Channel] in the same transaction.
-func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error {
+func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error {
 	return b.core.Release(ctx, req)
 }
 
-// Close implements [session.Backend]: it deletes the session and frees
+// Close implements [driver.Backend]: it deletes the session and frees
 // (and announces) every lease it owned.
-func (b *Backend) Close(ctx context.Context, id session.ID) error {
+func (b *Backend) Close(ctx context.Context, id driver.ID) error {
 	return b.core.Close(ctx, id)
 }
 
@@ -324,10 +324,10 @@ func (s store) Inspect(ctx context.Context, names []string, prefix string) ([]co
 	})
 }
 
-// Inspect implements [session.Inspector] with one query: the held leases
+// Inspect implements [driver.Inspector] with one query: the held leases
 // of the names, or of the names starting with the prefix (compared
 // literally), whose session has not expired by the database clock.
-func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]session.Holder, error) {
+func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]driver.Holder, error) {
 	return b.core.Inspect(ctx, req)
 }
 
@@ -350,7 +350,7 @@ func (s store) Renew(ctx context.Context, id string, known uint64) (core.RenewRe
 			header = true
 			r.RemainingUS, r.Version = *rem, uint64(*ver)
 		case name != nil && token != nil:
-			r.Leases = append(r.Leases, session.Lease{Name: *name, Token: uint64(*token)})
+			r.Leases = append(r.Leases, driver.Lease{Name: *name, Token: uint64(*token)})
 		default:
 			return core.RenewResult{}, false, core.ErrBadReply
 		}
@@ -394,7 +394,7 @@ func (s store) acquired(rows pgx.Rows, names []string) ([]uint64, error) {
 	return tokens, rows.Err()
 }
 
-func (s store) Release(ctx context.Context, id string, leases []session.Lease) error {
+func (s store) Release(ctx context.Context, id string, leases []driver.Lease) error {
 	names := make([]string, len(leases))
 	tokens := make([]int64, len(leases))
 	for i, l := range leases {

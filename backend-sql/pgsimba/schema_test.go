@@ -5,14 +5,14 @@ import (
 
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/pgsimba"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 func TestSchemaVersions(t *testing.T) {
 	pool := newPool(t, pgURL(t), nil)
 	sqltest.RunSchema(t, sqltest.Schema{
 		Label: "pgsimba",
-		New: func(t *testing.T, prefix string, create bool) (session.Backend, error) {
+		New: func(t *testing.T, prefix string, create bool) (driver.Backend, error) {
 			opts := []pgsimba.Option{pgsimba.WithPrefix(prefix)}
 			if !create {
 				opts = append(opts, pgsimba.WithoutSchemaCreation())
@@ -33,7 +33,7 @@ func TestSchemaVersions(t *testing.T) {
 				t.Fatalf("installing the first schema: %v", err)
 			}
 		},
-		OpenFirst: func(t *testing.T, prefix string, id session.ID) {
+		OpenFirst: func(t *testing.T, prefix string, id driver.ID) {
 			if _, err := pool.Exec(ctxT(t), "SELECT "+prefix+"_open_v1($1, 600000000)", string(id)); err != nil {
 				t.Fatalf("open_v1: %v", err)
 			}

@@ -4,10 +4,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
-// broadcastCases check the optional session.Broadcaster.
+// broadcastCases check the optional driver.Broadcaster.
 var broadcastCases = []testCase{
 	{
 		name:    "BroadcastOnRelease",
@@ -18,19 +18,19 @@ var broadcastCases = []testCase{
 
 func broadcast(e *env) {
 	watcher := e.client()
-	bc, ok := watcher.(session.Broadcaster)
+	bc, ok := watcher.(driver.Broadcaster)
 	switch {
 	case e.cfg.Polls && ok:
-		e.t.Fatalf("%T implements session.Broadcaster but Config.Polls says it does not broadcast", watcher)
+		e.t.Fatalf("%T implements driver.Broadcaster but Config.Polls says it does not broadcast", watcher)
 	case e.cfg.Polls:
 		return // a polling backend: candidates find free leases on their next attempt
 	case !ok:
-		e.t.Fatalf("%T does not implement session.Broadcaster; set Config.Polls if the backend only polls", watcher)
+		e.t.Fatalf("%T does not implement driver.Broadcaster; set Config.Polls if the backend only polls", watcher)
 	}
-	notices := make(chan session.Notice, 256)
+	notices := make(chan driver.Notice, 256)
 	var stopped atomic.Bool
 	var late atomic.Int32
-	stop, err := bc.Subscribe(func(n session.Notice) {
+	stop, err := bc.Subscribe(func(n driver.Notice) {
 		if stopped.Load() {
 			late.Add(1)
 		}
@@ -64,7 +64,7 @@ func broadcast(e *env) {
 	if tok := w.acquire("x"); tok != 0 {
 		e.fatalf("watcher acquired a held name (token %d)", tok)
 	}
-	holder.release(session.Lease{Name: "x", Token: tx})
+	holder.release(driver.Lease{Name: "x", Token: tx})
 	expect("x", "the holder released it")
 
 	holder.mustAcquire("y")
@@ -78,7 +78,7 @@ func broadcast(e *env) {
 	stopped.Store(true)
 	h2 := e.open()
 	tz := h2.mustAcquire("z")
-	h2.release(session.Lease{Name: "z", Token: tz})
+	h2.release(driver.Lease{Name: "z", Token: tz})
 	if n := late.Load(); n > 0 {
 		e.errorf("fn was called %d times after stop returned", n)
 	}

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // Config describes the backend under test.
@@ -15,7 +15,7 @@ type Config struct {
 	// never do. It should register the client's cleanup with t.Cleanup and
 	// fail t (naming the environment variable) if the server is missing.
 	// It may be called from parallel subtests at once. Required.
-	NewBackend func(t *testing.T, namespace string) session.Backend
+	NewBackend func(t *testing.T, namespace string) driver.Backend
 
 	// Lease is the lease duration the kit asks for. The expiry subtests
 	// wait about 1.5 × Lease, so keep it short (2s is a good value on a
@@ -40,13 +40,13 @@ type Config struct {
 	ExpiryGrace time.Duration
 
 	// Polls declares a backend that does not broadcast releases (MySQL):
-	// the kit then checks that it does not implement [session.Broadcaster]
+	// the kit then checks that it does not implement [driver.Broadcaster]
 	// either. Without it, the kit requires a Broadcaster and checks its
 	// notices.
 	Polls bool
 
 	// NoticeTimeout bounds the wait for a release notice from a
-	// [session.Broadcaster]. Optional; default 5s.
+	// [driver.Broadcaster]. Optional; default 5s.
 	NoticeTimeout time.Duration
 
 	// CallTimeout bounds every backend call the kit makes. Optional;

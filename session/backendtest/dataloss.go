@@ -3,7 +3,7 @@ package backendtest
 import (
 	"context"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // dataLoss runs last and alone (see Run), only with Config.LoseData.
@@ -13,15 +13,15 @@ var dataLoss = testCase{
 	f: func(e *env) {
 		a := e.open()
 		tx := a.mustAcquire("x")
-		a.release(session.Lease{Name: "x", Token: tx})
+		a.release(driver.Lease{Name: "x", Token: tx})
 		tx = a.mustAcquire("x") // two terms, so the counter is past 1
 		ty := a.mustAcquire("y")
 		e.cfg.LoseData(e.t)
-		if _, err := a.b.Renew(e.ctx(), session.RenewRequest{ID: a.id}); !isEnded(err) {
+		if _, err := a.b.Renew(e.ctx(), driver.RenewRequest{ID: a.id}); !isEnded(err) {
 			e.errorf("Renew of a session from before the data loss: err = %v, want ErrExpired", err)
 		}
 		b := e.client()
-		reply, err := b.Open(e.ctx(), session.OpenRequest{LeaseDuration: e.cfg.Lease})
+		reply, err := b.Open(e.ctx(), driver.OpenRequest{LeaseDuration: e.cfg.Lease})
 		if err != nil {
 			e.t.Logf("Open after data loss refused (allowed): %v", err)
 			return
@@ -31,7 +31,7 @@ var dataLoss = testCase{
 		}
 		s := &sess{e: e, b: b, id: reply.ID, opened: reply}
 		defer func() { _ = b.Close(context.Background(), s.id) }()
-		acq, err := b.Acquire(e.ctx(), session.AcquireRequest{ID: s.id, Names: []string{"x", "y"}})
+		acq, err := b.Acquire(e.ctx(), driver.AcquireRequest{ID: s.id, Names: []string{"x", "y"}})
 		if err != nil {
 			e.t.Logf("Acquire after data loss refused (allowed): %v", err)
 			return

@@ -1,4 +1,4 @@
-// Package backendtest is the conformance kit for [session.Backend]
+// Package backendtest is the conformance kit for [driver.Backend]
 // implementations: one [Run] checks, against a real store, every promise the
 // Backend documentation and the specification make, so that backend-sql,
 // backend-redis, backend-zk and the in-memory backend are held to the same
@@ -9,7 +9,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		backendtest.Run(t, backendtest.Config{
-//			NewBackend: func(t *testing.T, namespace string) session.Backend {
+//			NewBackend: func(t *testing.T, namespace string) driver.Backend {
 //				return mybackend.New(client, namespace) // closed by t.Cleanup
 //			},
 //			Lease: 2 * time.Second,
@@ -31,7 +31,7 @@
 // sequentially and at once. With a 2s lease the kit takes about ten seconds
 // on a real server.
 //
-// Optional parts: a backend that implements [session.Broadcaster] is also
+// Optional parts: a backend that implements [driver.Broadcaster] is also
 // checked for release notices; a Config with LoseData is also checked for
 // tokens that keep rising after the store lost its data.
 package backendtest

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // env is one subtest's view of the backend: its namespace and the promise
@@ -75,7 +75,7 @@ func (e *env) waitExpiry() {
 }
 
 // client is a new client of the subtest's namespace.
-func (e *env) client() session.Backend {
+func (e *env) client() driver.Backend {
 	e.t.Helper()
 	b := e.cfg.NewBackend(e.t, e.ns)
 	if b == nil {
@@ -87,9 +87,9 @@ func (e *env) client() session.Backend {
 // sess is an open session of a client.
 type sess struct {
 	e      *env
-	b      session.Backend
-	id     session.ID
-	opened session.OpenReply
+	b      driver.Backend
+	id     driver.ID
+	opened driver.OpenReply
 }
 
 // open opens a session on a new client.
@@ -100,15 +100,15 @@ func (e *env) open() *sess {
 
 // openOn opens a session on client b, checks the reply, and closes the
 // session when the test ends.
-func (e *env) openOn(b session.Backend) *sess {
+func (e *env) openOn(b driver.Backend) *sess {
 	e.t.Helper()
-	return e.openAs(b, session.Owner{})
+	return e.openAs(b, driver.Owner{})
 }
 
 // openAs is openOn for a session that says who opened it.
-func (e *env) openAs(b session.Backend, owner session.Owner) *sess {
+func (e *env) openAs(b driver.Backend, owner driver.Owner) *sess {
 	e.t.Helper()
-	reply, err := b.Open(e.ctx(), session.OpenRequest{LeaseDuration: e.cfg.Lease, Owner: owner})
+	reply, err := b.Open(e.ctx(), driver.OpenRequest{LeaseDuration: e.cfg.Lease, Owner: owner})
 	if err != nil {
 		e.t.Fatalf("Open(lease %v): %v", e.cfg.Lease, err)
 	}
@@ -130,9 +130,9 @@ func (e *env) openAs(b session.Backend, owner session.Owner) *sess {
 
 // renew renews the session, expecting success, and checks the reply's
 // general shape.
-func (s *sess) renew(known uint64) session.RenewReply {
+func (s *sess) renew(known uint64) driver.RenewReply {
 	s.e.t.Helper()
-	reply, err := s.b.Renew(s.e.ctx(), session.RenewRequest{ID: s.id, KnownVersion: known})
+	reply, err := s.b.Renew(s.e.ctx(), driver.RenewRequest{ID: s.id, KnownVersion: known})
 	if err != nil {
 		s.e.fatalf("Renew(%s, known %d): %v", s.id, known, err)
 	}
@@ -150,9 +150,9 @@ func (s *sess) renew(known uint64) session.RenewReply {
 
 // acquireAll acquires names, expecting the call to succeed, and checks
 // that the results match the request one for one.
-func (s *sess) acquireAll(names ...string) []session.AcquireResult {
+func (s *sess) acquireAll(names ...string) []driver.AcquireResult {
 	s.e.t.Helper()
-	reply, err := s.b.Acquire(s.e.ctx(), session.AcquireRequest{ID: s.id, Names: names})
+	reply, err := s.b.Acquire(s.e.ctx(), driver.AcquireRequest{ID: s.id, Names: names})
 	if err != nil {
 		s.e.fatalf("Acquire(%s, %q): %v", s.id, names, err)
 	}
@@ -190,9 +190,9 @@ func (s *sess) mustAcquire(name string) uint64 {
 	return tok
 }
 
-func (s *sess) release(leases ...session.Lease) {
+func (s *sess) release(leases ...driver.Lease) {
 	s.e.t.Helper()
-	if err := s.b.Release(s.e.ctx(), session.ReleaseRequest{ID: s.id, Leases: leases}); err != nil {
+	if err := s.b.Release(s.e.ctx(), driver.ReleaseRequest{ID: s.id, Leases: leases}); err != nil {
 		s.e.fatalf("Release(%s, %v): %v", s.id, leases, err)
 	}
 }
@@ -214,7 +214,7 @@ func (s *sess) owned() map[string]uint64 {
 	return leaseMap(s.e, r.Leases)
 }
 
-func leaseMap(e *env, leases []session.Lease) map[string]uint64 {
+func leaseMap(e *env, leases []driver.Lease) map[string]uint64 {
 	e.t.Helper()
 	m := make(map[string]uint64, len(leases))
 	for _, l := range leases {
@@ -247,12 +247,12 @@ func mapsEqual(a, b map[string]uint64) bool {
 	return true
 }
 
-func sorted(m map[string]uint64) []session.Lease {
-	out := make([]session.Lease, 0, len(m))
+func sorted(m map[string]uint64) []driver.Lease {
+	out := make([]driver.Lease, 0, len(m))
 	for k, v := range m {
-		out = append(out, session.Lease{Name: k, Token: v})
+		out = append(out, driver.Lease{Name: k, Token: v})
 	}
-	slices.SortFunc(out, func(a, b session.Lease) int {
+	slices.SortFunc(out, func(a, b driver.Lease) int {
 		switch {
 		case a.Name < b.Name:
 			return -1
@@ -266,5 +266,5 @@ func sorted(m map[string]uint64) []session.Lease {
 
 // isEnded reports whether err says the session is over.
 func isEnded(err error) bool {
-	return errors.Is(err, session.ErrExpired) || errors.Is(err, session.ErrClosed)
+	return errors.Is(err, driver.ErrExpired) || errors.Is(err, driver.ErrClosed)
 }

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/session/backendtest"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 )
 
@@ -19,7 +19,7 @@ func ExampleRun() {
 		var mu sync.Mutex // NewBackend is called from parallel subtests
 		stores := map[string]*memory.Backend{}
 		backendtest.Run(t, backendtest.Config{
-			NewBackend: func(t *testing.T, namespace string) session.Backend {
+			NewBackend: func(t *testing.T, namespace string) driver.Backend {
 				mu.Lock()
 				defer mu.Unlock()
 				if b, ok := stores[namespace]; ok {

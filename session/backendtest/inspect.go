@@ -7,40 +7,40 @@ import (
 	"strings"
 
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
-// inspectCases check [session.Inspector], which every backend implements:
+// inspectCases check [driver.Inspector], which every backend implements:
 // who holds what, seen from another client, without campaigning.
 var inspectCases = []testCase{
 	{
 		name:    "InspectListsHolders",
 		promise: "Inspect lists the live holders of the given names, or of the names starting with a prefix (taken literally, never as a pattern), sorted by name, with token, session, owner and a positive Remaining",
 		f: func(e *env) {
-			ownerA := session.Owner{Identity: "kit-a/1", Metadata: map[string]string{"addr": "10.0.0.1:8080"}}
-			ownerB := session.Owner{Identity: "kit-b/2"}
+			ownerA := driver.Owner{Identity: "kit-a/1", Metadata: map[string]string{"addr": "10.0.0.1:8080"}}
+			ownerB := driver.Owner{Identity: "kit-b/2"}
 			a, b := e.openAs(e.client(), ownerA), e.openAs(e.client(), ownerB)
-			hA := func(name string, tok uint64) session.Holder {
-				return session.Holder{Name: name, Token: tok, Session: a.id, Owner: ownerA}
+			hA := func(name string, tok uint64) driver.Holder {
+				return driver.Holder{Name: name, Token: tok, Session: a.id, Owner: ownerA}
 			}
-			hB := func(name string, tok uint64) session.Holder {
-				return session.Holder{Name: name, Token: tok, Session: b.id, Owner: ownerB}
+			hB := func(name string, tok uint64) driver.Holder {
+				return driver.Holder{Name: name, Token: tok, Session: b.id, Owner: ownerB}
 			}
 			j1, j2 := hA("jobs.1", a.mustAcquire("jobs.1")), hA("jobs.2", a.mustAcquire("jobs.2"))
 			jt, other := hB("jobt", b.mustAcquire("jobt")), hB("other", b.mustAcquire("other"))
 			in := e.inspector(e.client()) // a third process asks
-			in.want(session.InspectRequest{Prefix: "jobs."}, j1, j2)
-			in.want(session.InspectRequest{Prefix: "job"}, j1, j2, jt)
+			in.want(driver.InspectRequest{Prefix: "jobs."}, j1, j2)
+			in.want(driver.InspectRequest{Prefix: "job"}, j1, j2, jt)
 			// "_" is a LIKE wildcard and "." a regular-expression one: a
 			// prefix is literal text.
-			in.want(session.InspectRequest{Prefix: "jo_s"})
-			in.want(session.InspectRequest{Prefix: "jobs.1."})
-			in.want(session.InspectRequest{Names: []string{"other", "free", "jobs.1"}}, j1, other)
-			in.want(session.InspectRequest{}, j1, j2, jt, other)
-			a.release(session.Lease{Name: j2.Name, Token: j2.Token})
-			in.want(session.InspectRequest{Prefix: "jobs."}, j1)
+			in.want(driver.InspectRequest{Prefix: "jo_s"})
+			in.want(driver.InspectRequest{Prefix: "jobs.1."})
+			in.want(driver.InspectRequest{Names: []string{"other", "free", "jobs.1"}}, j1, other)
+			in.want(driver.InspectRequest{}, j1, j2, jt, other)
+			a.release(driver.Lease{Name: j2.Name, Token: j2.Token})
+			in.want(driver.InspectRequest{Prefix: "jobs."}, j1)
 			b.close()
-			in.want(session.InspectRequest{}, j1)
+			in.want(driver.InspectRequest{}, j1)
 		},
 	},
 	{
@@ -52,8 +52,8 @@ var inspectCases = []testCase{
 			a.mustAcquire("x")
 			in := e.inspector(e.client())
 			e.waitExpiry()
-			in.want(session.InspectRequest{Names: []string{"x"}})
-			in.want(session.InspectRequest{})
+			in.want(driver.InspectRequest{Names: []string{"x"}})
+			in.want(driver.InspectRequest{})
 		},
 	},
 	{
@@ -61,7 +61,7 @@ var inspectCases = []testCase{
 		promise: "Inspect rejects invalid names and an invalid prefix with an error wrapping deadline.ErrInvalidName; Open rejects an invalid owner with one wrapping deadline.ErrInvalidOwner",
 		f: func(e *env) {
 			in := e.inspector(e.client())
-			for _, req := range []session.InspectRequest{
+			for _, req := range []driver.InspectRequest{
 				{Names: []string{"ok", "bad name"}},
 				{Prefix: "jobs%"},
 				{Prefix: "a/b"},
@@ -71,14 +71,14 @@ var inspectCases = []testCase{
 					e.errorf("Inspect(%+v) = %v, %v; want an error wrapping ErrInvalidName", req, hs, err)
 				}
 			}
-			for _, o := range []session.Owner{
+			for _, o := range []driver.Owner{
 				{Identity: "bad\x00identity"},
 				{Identity: strings.Repeat("i", deadline.MaxIdentityLen+1)},
 				{Metadata: map[string]string{"addr": "no identity"}},
 				{Identity: "ok", Metadata: map[string]string{"bad key": "v"}},
 				{Identity: "ok", Metadata: map[string]string{"big": strings.Repeat("v", deadline.MaxMetadataValueLen+1)}},
 			} {
-				reply, err := in.b.Open(e.ctx(), session.OpenRequest{LeaseDuration: e.cfg.Lease, Owner: o})
+				reply, err := in.b.Open(e.ctx(), driver.OpenRequest{LeaseDuration: e.cfg.Lease, Owner: o})
 				if err == nil {
 					_ = in.b.Close(e.ctx(), reply.ID)
 				}
@@ -90,19 +90,19 @@ var inspectCases = []testCase{
 	},
 }
 
-// inspecting is a client seen as a [session.Inspector].
+// inspecting is a client seen as a [driver.Inspector].
 type inspecting struct {
 	e *env
-	b session.Backend
-	i session.Inspector
+	b driver.Backend
+	i driver.Inspector
 }
 
 // inspector returns b as an Inspector, failing the subtest if it is not one.
-func (e *env) inspector(b session.Backend) inspecting {
+func (e *env) inspector(b driver.Backend) inspecting {
 	e.t.Helper()
-	i, ok := b.(session.Inspector)
+	i, ok := b.(driver.Inspector)
 	if !ok {
-		e.fatalf("%T does not implement session.Inspector", b)
+		e.fatalf("%T does not implement driver.Inspector", b)
 	}
 	return inspecting{e: e, b: b, i: i}
 }
@@ -110,14 +110,14 @@ func (e *env) inspector(b session.Backend) inspecting {
 // want inspects req and checks that it lists exactly want, in order. The
 // Remaining of each holder must be positive and at most the lease plus
 // the expiry grace (it is measured on the backend's clock).
-func (in inspecting) want(req session.InspectRequest, want ...session.Holder) {
+func (in inspecting) want(req driver.InspectRequest, want ...driver.Holder) {
 	e := in.e
 	e.t.Helper()
 	got, err := in.i.Inspect(e.ctx(), req)
 	if err != nil {
 		e.fatalf("Inspect(%+v): %v", req, err)
 	}
-	names := func(hs []session.Holder) []string {
+	names := func(hs []driver.Holder) []string {
 		out := make([]string, len(hs))
 		for i, h := range hs {
 			out[i] = h.Name
@@ -140,6 +140,6 @@ func (in inspecting) want(req session.InspectRequest, want ...session.Holder) {
 }
 
 // sameOwner compares owners, a nil and an empty metadata map alike.
-func sameOwner(a, b session.Owner) bool {
+func sameOwner(a, b driver.Owner) bool {
 	return a.Identity == b.Identity && maps.Equal(a.Metadata, b.Metadata)
 }

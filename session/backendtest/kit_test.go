@@ -13,24 +13,24 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/session/backendtest"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 )
 
 // memoryConfig runs the kit on the in-memory backend in virtual time, one
 // store per namespace. wrap, if not nil, turns each client into a broken
 // variant.
-func memoryConfig(wrap func(*memory.Backend) session.Backend, opts ...memory.Option) backendtest.Config {
+func memoryConfig(wrap func(*memory.Backend) driver.Backend, opts ...memory.Option) backendtest.Config {
 	clock := memory.NewManualClock(time.Unix(1_000_000, 0))
 	opts = append([]memory.Option{memory.WithClock(clock)}, opts...)
 	var mu sync.Mutex
 	stores := map[string]*memory.Backend{}
 	if wrap == nil {
-		wrap = func(b *memory.Backend) session.Backend { return b }
+		wrap = func(b *memory.Backend) driver.Backend { return b }
 	}
 	return backendtest.Config{
-		NewBackend: func(t *testing.T, namespace string) session.Backend {
+		NewBackend: func(t *testing.T, namespace string) driver.Backend {
 			mu.Lock()
 			defer mu.Unlock()
 			if b, ok := stores[namespace]; ok {
@@ -79,70 +79,70 @@ var brokenBackends = []struct {
 	{
 		name: "ReleaseIgnoresToken",
 		cfg: func() backendtest.Config {
-			return memoryConfig(func(b *memory.Backend) session.Backend { return releaseAny{b} })
+			return memoryConfig(func(b *memory.Backend) driver.Backend { return releaseAny{b} })
 		},
 		want: []string{"StaleReleaseIsNoop", "TakeoverAfterExpiry"},
 	},
 	{
 		name: "VersionNeverChanges",
 		cfg: func() backendtest.Config {
-			return memoryConfig(func(b *memory.Backend) session.Backend { return fixedVersion{b} })
+			return memoryConfig(func(b *memory.Backend) driver.Backend { return fixedVersion{b} })
 		},
 		want: []string{"RenewReportsOwnedLeases"},
 	},
 	{
 		name: "NamesNotValidated",
 		cfg: func() backendtest.Config {
-			return memoryConfig(func(b *memory.Backend) session.Backend { return noValidation{b} })
+			return memoryConfig(func(b *memory.Backend) driver.Backend { return noValidation{b} })
 		},
 		want: []string{"BatchAcquire", "InvalidNamesRejected"},
 	},
 	{
 		name: "ContextIgnored",
 		cfg: func() backendtest.Config {
-			return memoryConfig(func(b *memory.Backend) session.Backend { return ignoreCtx{b} })
+			return memoryConfig(func(b *memory.Backend) driver.Backend { return ignoreCtx{b} })
 		},
 		want: []string{"ContextHonoured"},
 	},
 	{
 		name: "CloseKeepsLeases",
 		cfg: func() backendtest.Config {
-			return memoryConfig(func(b *memory.Backend) session.Backend { return closeNoop{b} })
+			return memoryConfig(func(b *memory.Backend) driver.Backend { return closeNoop{b} })
 		},
 		want: []string{"BroadcastOnRelease", "CloseReleasesEverything", "ContextHonoured", "InspectListsHolders", "TokensStrictlyIncrease"},
 	},
 	{
 		name: "RevivesExpiredSessions",
 		cfg: func() backendtest.Config {
-			return memoryConfig(func(b *memory.Backend) session.Backend { return revive{b} })
+			return memoryConfig(func(b *memory.Backend) driver.Backend { return revive{b} })
 		},
 		want: []string{"CloseReleasesEverything", "ExpiredSessionStaysExpired", "TokensSurviveDataLoss"},
 	},
 	{
 		name: "AcquireIgnoresHolder",
 		cfg: func() backendtest.Config {
-			return memoryConfig(func(b *memory.Backend) session.Backend { return grabAll{b} })
+			return memoryConfig(func(b *memory.Backend) driver.Backend { return grabAll{b} })
 		},
 		want: []string{"AcquireRefusedWhileOwned", "BatchAcquire", "BroadcastOnRelease", "RacingAcquireOneWinner", "StaleReleaseIsNoop"},
 	},
 	{
 		name: "SilentBroadcaster",
 		cfg: func() backendtest.Config {
-			return memoryConfig(func(b *memory.Backend) session.Backend { return silent{b} })
+			return memoryConfig(func(b *memory.Backend) driver.Backend { return silent{b} })
 		},
 		want: []string{"BroadcastOnRelease"},
 	},
 	{
 		name: "InspectPrefixAsPattern",
 		cfg: func() backendtest.Config {
-			return memoryConfig(func(b *memory.Backend) session.Backend { return likePrefix{b} })
+			return memoryConfig(func(b *memory.Backend) driver.Backend { return likePrefix{b} })
 		},
 		want: []string{"InspectListsHolders"},
 	},
 	{
 		name: "OwnerNotValidated",
 		cfg: func() backendtest.Config {
-			return memoryConfig(func(b *memory.Backend) session.Backend { return noOwnerCheck{b} })
+			return memoryConfig(func(b *memory.Backend) driver.Backend { return noOwnerCheck{b} })
 		},
 		want: []string{"InspectRejectsInvalidInput"},
 	},
@@ -188,15 +188,15 @@ func TestKitCatchesBrokenBackends(t *testing.T) {
 // escaping: "_" stands for any one character.
 type likePrefix struct{ *memory.Backend }
 
-func (b likePrefix) Inspect(ctx context.Context, req session.InspectRequest) ([]session.Holder, error) {
+func (b likePrefix) Inspect(ctx context.Context, req driver.InspectRequest) ([]driver.Holder, error) {
 	if len(req.Names) > 0 || req.Prefix == "" {
 		return b.Backend.Inspect(ctx, req)
 	}
 	if _, err := b.Backend.Inspect(ctx, req); err != nil {
 		return nil, err
 	}
-	all, err := b.Backend.Inspect(ctx, session.InspectRequest{})
-	var out []session.Holder
+	all, err := b.Backend.Inspect(ctx, driver.InspectRequest{})
+	var out []driver.Holder
 	for _, h := range all {
 		if len(h.Name) >= len(req.Prefix) && likeMatch(h.Name[:len(req.Prefix)], req.Prefix) {
 			out = append(out, h)
@@ -217,9 +217,9 @@ func likeMatch(s, pattern string) bool {
 // noOwnerCheck opens sessions for invalid owners (storing none).
 type noOwnerCheck struct{ *memory.Backend }
 
-func (b noOwnerCheck) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+func (b noOwnerCheck) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	if deadline.ValidateOwner(req.Owner.Identity, req.Owner.Metadata) != nil {
-		req.Owner = session.Owner{}
+		req.Owner = driver.Owner{}
 	}
 	return b.Backend.Open(ctx, req)
 }
@@ -233,10 +233,10 @@ func (c halfSpeed) Now() time.Time { return c.start.Add(time.Since(c.start) / 2)
 // session.
 type releaseAny struct{ *memory.Backend }
 
-func (b releaseAny) Release(ctx context.Context, req session.ReleaseRequest) error {
+func (b releaseAny) Release(ctx context.Context, req driver.ReleaseRequest) error {
 	for _, l := range req.Leases {
 		if id, tok, ok := b.Owner(l.Name); ok {
-			if err := b.Backend.Release(ctx, session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: l.Name, Token: tok}}}); err != nil {
+			if err := b.Backend.Release(ctx, driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: l.Name, Token: tok}}}); err != nil {
 				return err
 			}
 		}
@@ -247,8 +247,8 @@ func (b releaseAny) Release(ctx context.Context, req session.ReleaseRequest) err
 // fixedVersion answers Version 1 whatever the owned set.
 type fixedVersion struct{ *memory.Backend }
 
-func (b fixedVersion) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
-	r, err := b.Backend.Renew(ctx, session.RenewRequest{ID: req.ID})
+func (b fixedVersion) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
+	r, err := b.Backend.Renew(ctx, driver.RenewRequest{ID: req.ID})
 	r.Version = 1
 	if req.KnownVersion == 1 {
 		r.Full, r.Leases = false, nil
@@ -259,7 +259,7 @@ func (b fixedVersion) Renew(ctx context.Context, req session.RenewRequest) (sess
 // noValidation answers token 0 and no error for an invalid name.
 type noValidation struct{ *memory.Backend }
 
-func (b noValidation) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+func (b noValidation) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	r, err := b.Backend.Acquire(ctx, req)
 	for i := range r.Results {
 		if errors.Is(r.Results[i].Err, deadline.ErrInvalidName) {
@@ -272,27 +272,27 @@ func (b noValidation) Acquire(ctx context.Context, req session.AcquireRequest) (
 // ignoreCtx drops the caller's context.
 type ignoreCtx struct{ *memory.Backend }
 
-func (b ignoreCtx) Open(_ context.Context, req session.OpenRequest) (session.OpenReply, error) {
+func (b ignoreCtx) Open(_ context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	return b.Backend.Open(context.Background(), req)
 }
 
 // closeNoop does not close anything.
 type closeNoop struct{ *memory.Backend }
 
-func (closeNoop) Close(context.Context, session.ID) error { return nil }
+func (closeNoop) Close(context.Context, driver.ID) error { return nil }
 
 // silent subscribes nobody.
 type silent struct{ *memory.Backend }
 
-func (silent) Subscribe(func(session.Notice)) (func(), error) { return func() {}, nil }
+func (silent) Subscribe(func(driver.Notice)) (func(), error) { return func() {}, nil }
 
 // revive answers a renewal of an ended session as if it were alive.
 type revive struct{ *memory.Backend }
 
-func (b revive) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+func (b revive) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
 	r, err := b.Backend.Renew(ctx, req)
-	if errors.Is(err, session.ErrExpired) {
-		return session.RenewReply{Remaining: time.Second, Version: 1, Full: true}, nil
+	if errors.Is(err, driver.ErrExpired) {
+		return driver.RenewReply{Remaining: time.Second, Version: 1, Full: true}, nil
 	}
 	return r, err
 }
@@ -300,7 +300,7 @@ func (b revive) Renew(ctx context.Context, req session.RenewRequest) (session.Re
 // grabAll answers a token for a name another live session holds.
 type grabAll struct{ *memory.Backend }
 
-func (b grabAll) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+func (b grabAll) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	r, err := b.Backend.Acquire(ctx, req)
 	for i := range r.Results {
 		if r.Results[i].Err == nil && r.Results[i].Token == 0 {

@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // leaseCases check leases: acquisition, tokens, release, the owned set.
@@ -26,8 +26,8 @@ var leaseCases = []testCase{
 				e.fatalf("Acquire after the owner expired: token %d, want > %d", tb, ta)
 			}
 			// A late release from the expired owner must not free it.
-			err := a.b.Release(e.ctx(), session.ReleaseRequest{ID: a.id, Leases: []session.Lease{{Name: "lease", Token: ta}}})
-			if err != nil && !errors.Is(err, session.ErrExpired) {
+			err := a.b.Release(e.ctx(), driver.ReleaseRequest{ID: a.id, Leases: []driver.Lease{{Name: "lease", Token: ta}}})
+			if err != nil && !errors.Is(err, driver.ErrExpired) {
 				e.errorf("Release from an expired session: %v, want nil or ErrExpired", err)
 			}
 			b.wantOwned(map[string]uint64{"lease": tb})
@@ -66,7 +66,7 @@ var leaseCases = []testCase{
 			if r2.Full && !mapsEqual(leaseMap(e, r2.Leases), want) {
 				e.errorf("Renew with nothing changed lists %v, want %v", r2.Leases, sorted(want))
 			}
-			s.release(session.Lease{Name: "b", Token: want["b"]})
+			s.release(driver.Lease{Name: "b", Token: want["b"]})
 			delete(want, "b")
 			r3 := s.renew(r1.Version)
 			if seen[r3.Version] {
@@ -123,13 +123,13 @@ var leaseCases = []testCase{
 		f: func(e *env) {
 			a, b := e.open(), e.open()
 			t1 := a.mustAcquire("lease")
-			a.release(session.Lease{Name: "lease", Token: t1})
+			a.release(driver.Lease{Name: "lease", Token: t1})
 			a.wantOwned(map[string]uint64{})
 			t2 := b.acquire("lease")
 			if t2 <= t1 {
 				e.fatalf("Acquire after release: token %d, want > %d", t2, t1)
 			}
-			b.release(session.Lease{Name: "lease", Token: t2})
+			b.release(driver.Lease{Name: "lease", Token: t2})
 			if t3 := a.acquire("lease"); t3 <= t2 {
 				e.errorf("Acquire by the first owner again: token %d, want > %d", t3, t2)
 			}
@@ -164,7 +164,7 @@ var leaseCases = []testCase{
 				}
 				last = tok
 				if i%2 == 0 {
-					s.release(session.Lease{Name: "lease", Token: tok})
+					s.release(driver.Lease{Name: "lease", Token: tok})
 				} else {
 					s.close()
 				}
@@ -177,19 +177,19 @@ var leaseCases = []testCase{
 		f: func(e *env) {
 			a, b := e.open(), e.open()
 			ta := a.mustAcquire("lease")
-			b.release(session.Lease{Name: "lease", Token: ta})     // not b's
-			a.release(session.Lease{Name: "lease", Token: ta + 1}) // wrong token
-			a.release(session.Lease{Name: "never", Token: 1})      // not held at all
+			b.release(driver.Lease{Name: "lease", Token: ta})     // not b's
+			a.release(driver.Lease{Name: "lease", Token: ta + 1}) // wrong token
+			a.release(driver.Lease{Name: "never", Token: 1})      // not held at all
 			if tb := b.acquire("lease"); tb != 0 {
 				e.fatalf("a mismatched release freed the lease: another session acquired it with token %d", tb)
 			}
 			a.wantOwned(map[string]uint64{"lease": ta})
-			a.release(session.Lease{Name: "lease", Token: ta})
+			a.release(driver.Lease{Name: "lease", Token: ta})
 			tb := b.acquire("lease")
 			if tb <= ta {
 				e.fatalf("Acquire after the real release: token %d, want > %d", tb, ta)
 			}
-			a.release(session.Lease{Name: "lease", Token: ta}) // late repeat
+			a.release(driver.Lease{Name: "lease", Token: ta}) // late repeat
 			b.wantOwned(map[string]uint64{"lease": tb})
 		},
 	},
@@ -237,7 +237,7 @@ var leaseCases = []testCase{
 			s := e.open()
 			bad := []string{"", ".", "..", strings.Repeat("a", deadline.MaxNameLen+1), "a/b", "a b", "ä", "a\x00", "a*", "a'b", "a\nb", "{a}"}
 			for _, name := range bad {
-				reply, err := s.b.Acquire(e.ctx(), session.AcquireRequest{ID: s.id, Names: []string{name}})
+				reply, err := s.b.Acquire(e.ctx(), driver.AcquireRequest{ID: s.id, Names: []string{name}})
 				switch {
 				case err != nil:
 					if !errors.Is(err, deadline.ErrInvalidName) {
@@ -249,7 +249,7 @@ var leaseCases = []testCase{
 					e.errorf("Acquire(%q): token %d, err %v, want token 0 and an error wrapping ErrInvalidName",
 						name, reply.Results[0].Token, reply.Results[0].Err)
 				}
-				err = s.b.Release(e.ctx(), session.ReleaseRequest{ID: s.id, Leases: []session.Lease{{Name: name, Token: 1}}})
+				err = s.b.Release(e.ctx(), driver.ReleaseRequest{ID: s.id, Leases: []driver.Lease{{Name: name, Token: 1}}})
 				if err != nil && !errors.Is(err, deadline.ErrInvalidName) {
 					e.errorf("Release(%q): err = %v, want nil or an error wrapping ErrInvalidName", name, err)
 				}
@@ -299,7 +299,7 @@ var leaseCases = []testCase{
 				for i, s := range ss {
 					wg.Go(func() {
 						<-start
-						reply, err := s.b.Acquire(e.ctx(), session.AcquireRequest{ID: s.id, Names: []string{name}})
+						reply, err := s.b.Acquire(e.ctx(), driver.AcquireRequest{ID: s.id, Names: []string{name}})
 						if err == nil && len(reply.Results) == 1 {
 							toks[i], err = reply.Results[0].Token, reply.Results[0].Err
 						}
@@ -328,7 +328,7 @@ var leaseCases = []testCase{
 					e.errorf("round %d: token %d, want > %d", round, toks[winner], last)
 				}
 				last = toks[winner]
-				ss[winner].release(session.Lease{Name: name, Token: last})
+				ss[winner].release(driver.Lease{Name: name, Token: last})
 			}
 		},
 	},

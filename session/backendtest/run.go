@@ -19,7 +19,7 @@ type testCase struct {
 }
 
 // Run checks that the backend cfg describes keeps every promise of
-// [session.Backend], one subtest per promise, each in a fresh namespace.
+// [driver.Backend], one subtest per promise, each in a fresh namespace.
 // It fails t at once if cfg lacks NewBackend or a positive Lease.
 func Run(t *testing.T, cfg Config) {
 	t.Helper()

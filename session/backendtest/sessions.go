@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // sessionCases check the life of a session: open, renew, expire, close.
@@ -26,7 +26,7 @@ var sessionCases = []testCase{
 		f: func(e *env) {
 			const n = 40
 			b := e.client()
-			seen := map[session.ID]bool{}
+			seen := map[driver.ID]bool{}
 			for range n {
 				s := e.openOn(b)
 				if seen[s.id] {
@@ -69,11 +69,11 @@ var sessionCases = []testCase{
 			e.waitExpiry()
 			expired := func(when string) {
 				e.t.Helper()
-				if _, err := a.b.Renew(e.ctx(), session.RenewRequest{ID: a.id}); !errors.Is(err, session.ErrExpired) {
+				if _, err := a.b.Renew(e.ctx(), driver.RenewRequest{ID: a.id}); !errors.Is(err, driver.ErrExpired) {
 					e.errorf("%s: Renew of a session past its lease: err = %v, want ErrExpired", when, err)
 				}
-				reply, err := a.b.Acquire(e.ctx(), session.AcquireRequest{ID: a.id, Names: []string{"other"}})
-				if !errors.Is(err, session.ErrExpired) {
+				reply, err := a.b.Acquire(e.ctx(), driver.AcquireRequest{ID: a.id, Names: []string{"other"}})
+				if !errors.Is(err, driver.ErrExpired) {
 					e.errorf("%s: Acquire for a session past its lease: err = %v, results %v, want ErrExpired", when, err, reply.Results)
 				}
 			}
@@ -103,10 +103,10 @@ var sessionCases = []testCase{
 			if rs[0].Token <= tx || rs[1].Token <= ty {
 				e.errorf("Acquire after the owner closed: tokens %d, %d, want > %d, > %d", rs[0].Token, rs[1].Token, tx, ty)
 			}
-			if _, err := a.b.Renew(e.ctx(), session.RenewRequest{ID: a.id}); !isEnded(err) {
+			if _, err := a.b.Renew(e.ctx(), driver.RenewRequest{ID: a.id}); !isEnded(err) {
 				e.errorf("Renew after Close: err = %v, want ErrExpired or ErrClosed", err)
 			}
-			if _, err := a.b.Acquire(e.ctx(), session.AcquireRequest{ID: a.id, Names: []string{"z"}}); !isEnded(err) {
+			if _, err := a.b.Acquire(e.ctx(), driver.AcquireRequest{ID: a.id, Names: []string{"z"}}); !isEnded(err) {
 				e.errorf("Acquire after Close: err = %v, want ErrExpired or ErrClosed", err)
 			}
 			if tz := b.acquire("z"); tz == 0 {
@@ -131,13 +131,13 @@ var sessionCases = []testCase{
 					e.errorf("%s with a cancelled context: err = %v, want context.Canceled", op, err)
 				}
 			}
-			_, err := s.b.Open(ctx, session.OpenRequest{LeaseDuration: e.cfg.Lease})
+			_, err := s.b.Open(ctx, driver.OpenRequest{LeaseDuration: e.cfg.Lease})
 			check("Open", err)
-			_, err = s.b.Renew(ctx, session.RenewRequest{ID: s.id})
+			_, err = s.b.Renew(ctx, driver.RenewRequest{ID: s.id})
 			check("Renew", err)
-			_, err = s.b.Acquire(ctx, session.AcquireRequest{ID: s.id, Names: []string{"other"}})
+			_, err = s.b.Acquire(ctx, driver.AcquireRequest{ID: s.id, Names: []string{"other"}})
 			check("Acquire", err)
-			check("Release", s.b.Release(ctx, session.ReleaseRequest{ID: s.id, Leases: []session.Lease{{Name: "lease", Token: tok}}}))
+			check("Release", s.b.Release(ctx, driver.ReleaseRequest{ID: s.id, Leases: []driver.Lease{{Name: "lease", Token: tok}}}))
 			check("Close", s.b.Close(ctx, s.id))
 		},
 	},

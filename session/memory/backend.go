@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // Errors of the memory backend, for errors.Is.
@@ -24,8 +24,8 @@ var (
 	ErrInvalidLease = errors.New("memory: invalid lease duration")
 )
 
-// Backend is one client of an in-memory namespace: a [session.Backend] and
-// [session.Broadcaster] for tests, never for production. Its methods are safe
+// Backend is one client of an in-memory namespace: a [driver.Backend] and
+// [driver.Broadcaster] for tests, never for production. Its methods are safe
 // for concurrent use.
 type Backend struct {
 	s *store
@@ -39,8 +39,8 @@ type Backend struct {
 }
 
 var (
-	_ session.Backend     = (*Backend)(nil)
-	_ session.Broadcaster = (*Backend)(nil)
+	_ driver.Backend     = (*Backend)(nil)
+	_ driver.Broadcaster = (*Backend)(nil)
 )
 
 // Stats counts the calls a client received, whether or not a fault made
@@ -70,31 +70,31 @@ func (b *Backend) NewClient() *Backend {
 }
 
 // Open opens a session with the requested lease, capped by [WithMaxLease].
-func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	if err := b.enter(ctx, func(s *Stats) { s.Open++ }); err != nil {
-		return session.OpenReply{}, fmt.Errorf("memory: open: %w", err)
+		return driver.OpenReply{}, fmt.Errorf("memory: open: %w", err)
 	}
 	if req.LeaseDuration <= 0 {
-		return session.OpenReply{}, errorf(ErrInvalidLease, "open: lease %v must be positive", req.LeaseDuration)
+		return driver.OpenReply{}, errorf(ErrInvalidLease, "open: lease %v must be positive", req.LeaseDuration)
 	}
 	if err := req.Owner.Check(); err != nil {
-		return session.OpenReply{}, fmt.Errorf("memory: open: %w", err)
+		return driver.OpenReply{}, fmt.Errorf("memory: open: %w", err)
 	}
 	reply, freed, err := b.s.open(req.LeaseDuration, req.Owner)
 	b.s.notify(freed)
 	if err != nil {
-		return session.OpenReply{}, err
+		return driver.OpenReply{}, err
 	}
 	if err := b.exit(ctx); err != nil {
-		return session.OpenReply{}, fmt.Errorf("memory: open: %w", err)
+		return driver.OpenReply{}, fmt.Errorf("memory: open: %w", err)
 	}
 	return reply, nil
 }
 
-// Inspect lists who holds the selected leases (see [session.Inspector]).
+// Inspect lists who holds the selected leases (see [driver.Inspector]).
 // Invalid names or prefix fail with an error wrapping
 // [deadline.ErrInvalidName].
-func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]session.Holder, error) {
+func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]driver.Holder, error) {
 	for _, n := range req.Names {
 		if err := deadline.ValidateName(n); err != nil {
 			return nil, fmt.Errorf("memory: inspect: %w", err)
@@ -116,37 +116,37 @@ func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]se
 	return out, nil
 }
 
-var _ session.Inspector = (*Backend)(nil)
+var _ driver.Inspector = (*Backend)(nil)
 
 // Renew extends the session by its granted lease and reports its leases;
 // the list only when req.KnownVersion is not the current version.
-func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
 	if err := b.enter(ctx, func(s *Stats) { s.Renew++ }); err != nil {
-		return session.RenewReply{}, fmt.Errorf("memory: renew: %w", err)
+		return driver.RenewReply{}, fmt.Errorf("memory: renew: %w", err)
 	}
 	reply, freed, err := b.s.renew(req)
 	b.s.notify(freed)
 	if err != nil {
-		return session.RenewReply{}, err
+		return driver.RenewReply{}, err
 	}
 	if err := b.exit(ctx); err != nil {
-		return session.RenewReply{}, fmt.Errorf("memory: renew: %w", err)
+		return driver.RenewReply{}, fmt.Errorf("memory: renew: %w", err)
 	}
 	return reply, nil
 }
 
 // Acquire tries each name for the session.
-func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	if err := b.enter(ctx, func(s *Stats) { s.Acquire++ }); err != nil {
-		return session.AcquireReply{}, fmt.Errorf("memory: acquire: %w", err)
+		return driver.AcquireReply{}, fmt.Errorf("memory: acquire: %w", err)
 	}
 	reply, freed, err := b.s.acquire(req)
 	b.s.notify(freed)
 	if err != nil {
-		return session.AcquireReply{}, err
+		return driver.AcquireReply{}, err
 	}
 	if err := b.exit(ctx); err != nil {
-		return session.AcquireReply{}, fmt.Errorf("memory: acquire: %w", err)
+		return driver.AcquireReply{}, fmt.Errorf("memory: acquire: %w", err)
 	}
 	return reply, nil
 }
@@ -155,7 +155,7 @@ func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (sess
 // broadcasts each deleted name. A mismatched lease is left alone. A request
 // with an invalid name fails, wrapping [deadline.ErrInvalidName], and
 // releases nothing.
-func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error {
+func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error {
 	if err := b.enter(ctx, func(s *Stats) { s.Release++ }); err != nil {
 		return fmt.Errorf("memory: release: %w", err)
 	}
@@ -172,8 +172,8 @@ func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error
 
 // Close ends the session and releases its leases, broadcasting each. An
 // expired or unknown session is not an error. Later calls for the session
-// answer [session.ErrExpired].
-func (b *Backend) Close(ctx context.Context, id session.ID) error {
+// answer [driver.ErrExpired].
+func (b *Backend) Close(ctx context.Context, id driver.ID) error {
 	if err := b.enter(ctx, func(s *Stats) { s.Close++ }); err != nil {
 		return fmt.Errorf("memory: close: %w", err)
 	}

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // The memory backend's "raw operation" is a map update under a mutex;
@@ -31,12 +31,12 @@ func BenchmarkRenew(b *testing.B) {
 			for i := range names {
 				names[i] = fmt.Sprintf("lease-%04d", i)
 			}
-			if _, err := f.b.Acquire(b.Context(), session.AcquireRequest{ID: id, Names: names}); err != nil {
+			if _, err := f.b.Acquire(b.Context(), driver.AcquireRequest{ID: id, Names: names}); err != nil {
 				b.Fatal(err)
 			}
-			r, _ := f.b.Renew(b.Context(), session.RenewRequest{ID: id})
+			r, _ := f.b.Renew(b.Context(), driver.RenewRequest{ID: id})
 			for b.Loop() {
-				if _, err := f.b.Renew(b.Context(), session.RenewRequest{ID: id, KnownVersion: r.Version}); err != nil {
+				if _, err := f.b.Renew(b.Context(), driver.RenewRequest{ID: id, KnownVersion: r.Version}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -53,16 +53,16 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			for i := range names {
 				names[i] = fmt.Sprintf("lease-%04d", i)
 			}
-			leases := make([]session.Lease, n)
+			leases := make([]driver.Lease, n)
 			for b.Loop() {
-				r, err := f.b.Acquire(b.Context(), session.AcquireRequest{ID: id, Names: names})
+				r, err := f.b.Acquire(b.Context(), driver.AcquireRequest{ID: id, Names: names})
 				if err != nil {
 					b.Fatal(err)
 				}
 				for i, res := range r.Results {
-					leases[i] = session.Lease{Name: res.Name, Token: res.Token}
+					leases[i] = driver.Lease{Name: res.Name, Token: res.Token}
 				}
-				if err := f.b.Release(b.Context(), session.ReleaseRequest{ID: id, Leases: leases}); err != nil {
+				if err := f.b.Release(b.Context(), driver.ReleaseRequest{ID: id, Leases: leases}); err != nil {
 					b.Fatal(err)
 				}
 			}

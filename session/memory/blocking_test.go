@@ -7,7 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 )
 
@@ -22,7 +22,7 @@ func TestPauseBlocksUntilResume(t *testing.T) {
 		f.b.Pause()
 		done := make(chan error, 1)
 		go func() {
-			_, err := f.b.Acquire(t.Context(), session.AcquireRequest{ID: a, Names: []string{"x"}})
+			_, err := f.b.Acquire(t.Context(), driver.AcquireRequest{ID: a, Names: []string{"x"}})
 			done <- err
 		}()
 		synctest.Wait()
@@ -49,7 +49,7 @@ func TestPausedCallEndsWithContext(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		start := time.Now()
-		_, err := f.b.Acquire(ctx, session.AcquireRequest{ID: a, Names: []string{"x"}})
+		_, err := f.b.Acquire(ctx, driver.AcquireRequest{ID: a, Names: []string{"x"}})
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("err = %v, want DeadlineExceeded", err)
 		}
@@ -76,7 +76,7 @@ func TestReplyDelay(t *testing.T) {
 		// effect: the engine's "lost reply" case.
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		_, err := f.b.Acquire(ctx, session.AcquireRequest{ID: a, Names: []string{"y"}})
+		_, err := f.b.Acquire(ctx, driver.AcquireRequest{ID: a, Names: []string{"y"}})
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("err = %v, want DeadlineExceeded", err)
 		}
@@ -91,7 +91,7 @@ func TestSubscribeStopWaitsForDelivery(t *testing.T) {
 		tok := f.acquire(a, "x")
 		inFn, release := make(chan struct{}), make(chan struct{})
 		calls := 0
-		stop, err := f.b.Subscribe(func(session.Notice) {
+		stop, err := f.b.Subscribe(func(driver.Notice) {
 			calls++
 			close(inFn)
 			<-release // a slow subscriber, to catch stop not waiting
@@ -100,7 +100,7 @@ func TestSubscribeStopWaitsForDelivery(t *testing.T) {
 			t.Fatal(err)
 		}
 		go func() {
-			_ = f.b.Release(t.Context(), session.ReleaseRequest{ID: a, Leases: []session.Lease{{Name: "x", Token: tok}}})
+			_ = f.b.Release(t.Context(), driver.ReleaseRequest{ID: a, Leases: []driver.Lease{{Name: "x", Token: tok}}})
 		}()
 		<-inFn
 		stopped := make(chan struct{})
@@ -115,7 +115,7 @@ func TestSubscribeStopWaitsForDelivery(t *testing.T) {
 		<-stopped
 		b := f.open()
 		tb := f.acquire(b, "y")
-		_ = f.b.Release(t.Context(), session.ReleaseRequest{ID: b, Leases: []session.Lease{{Name: "y", Token: tb}}})
+		_ = f.b.Release(t.Context(), driver.ReleaseRequest{ID: b, Leases: []driver.Lease{{Name: "y", Token: tb}}})
 		if calls != 1 {
 			t.Errorf("fn called %d times, want 1 (none after stop)", calls)
 		}
@@ -128,22 +128,22 @@ func TestDeterministic(t *testing.T) {
 	// answer identically: what the seeded simulation relies on.
 	run := func() []any {
 		n := 0
-		f := newFixture(t, memory.WithIDSource(func() session.ID { n++; return session.ID(string(rune('a' + n))) }))
+		f := newFixture(t, memory.WithIDSource(func() driver.ID { n++; return driver.ID(string(rune('a' + n))) }))
 		var out []any
-		stop, _ := f.b.Subscribe(func(n session.Notice) { out = append(out, n) })
+		stop, _ := f.b.Subscribe(func(n driver.Notice) { out = append(out, n) })
 		defer stop()
-		var ids []session.ID
+		var ids []driver.ID
 		for range 5 {
 			ids = append(ids, f.open())
 		}
 		for i, id := range ids {
-			r, err := f.b.Acquire(t.Context(), session.AcquireRequest{ID: id, Names: []string{"p", "q", "r", "s"}[i%4:]})
+			r, err := f.b.Acquire(t.Context(), driver.AcquireRequest{ID: id, Names: []string{"p", "q", "r", "s"}[i%4:]})
 			out = append(out, r, err)
 		}
 		f.clock.Advance(lease)
 		out = append(out, f.open())
 		for _, id := range ids {
-			r, err := f.b.Renew(t.Context(), session.RenewRequest{ID: id})
+			r, err := f.b.Renew(t.Context(), driver.RenewRequest{ID: id})
 			out = append(out, r, err == nil)
 		}
 		return out
@@ -168,7 +168,7 @@ func TestSubscriberMayCallTheBackend(t *testing.T) {
 	tx, ty := f.acquire(a, "x"), f.acquire(a, "y")
 	var got []string
 	depth := 0
-	stop, _ := f.b.Subscribe(func(n session.Notice) {
+	stop, _ := f.b.Subscribe(func(n driver.Notice) {
 		depth++
 		defer func() { depth-- }()
 		if depth > 1 {
@@ -176,11 +176,11 @@ func TestSubscriberMayCallTheBackend(t *testing.T) {
 		}
 		got = append(got, n.Name)
 		if n.Name == "x" {
-			_ = f.b.Release(t.Context(), session.ReleaseRequest{ID: a, Leases: []session.Lease{{Name: "y", Token: ty}}})
+			_ = f.b.Release(t.Context(), driver.ReleaseRequest{ID: a, Leases: []driver.Lease{{Name: "y", Token: ty}}})
 		}
 	})
 	defer stop()
-	if err := f.b.Release(t.Context(), session.ReleaseRequest{ID: a, Leases: []session.Lease{{Name: "x", Token: tx}}}); err != nil {
+	if err := f.b.Release(t.Context(), driver.ReleaseRequest{ID: a, Leases: []driver.Lease{{Name: "x", Token: tx}}}); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 2 || got[0] != "x" || got[1] != "y" {

@@ -3,7 +3,7 @@ package memory
 import (
 	"sync"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // subscriber delivers notices to fn one at a time. A notice that arrives
@@ -11,23 +11,23 @@ import (
 // backend) is queued and delivered by the goroutine already delivering, so
 // fn never runs twice at once and a re-entrant call cannot deadlock.
 type subscriber struct {
-	fn func(session.Notice)
+	fn func(driver.Notice)
 
 	mu         sync.Mutex // never held while fn runs
-	queue      []session.Notice
+	queue      []driver.Notice
 	delivering bool
 	stopped    bool
 	idle       chan struct{} // closed when delivery stops, if stop waits
 }
 
-// Subscribe delivers a [session.Notice] to fn for every lease of the
+// Subscribe delivers a [driver.Notice] to fn for every lease of the
 // namespace that is released, closed with its session, or freed by an
 // expiry the backend notices, and an empty Notice after [Backend.LoseData].
 // fn is called by the goroutine whose call freed the lease, after the
 // backend has unlocked (or by the goroutine already delivering to fn), one
 // notice at a time and in order. It must not block, and must not call stop.
 // stop returns once fn will not be called again.
-func (b *Backend) Subscribe(fn func(session.Notice)) (stop func(), err error) {
+func (b *Backend) Subscribe(fn func(driver.Notice)) (stop func(), err error) {
 	sub := &subscriber{fn: fn}
 	s := b.s
 	s.subMu.Lock()
@@ -60,12 +60,12 @@ func (s *store) notify(names []string) {
 	s.subMu.Unlock()
 	for _, sub := range subs {
 		for _, name := range names {
-			sub.deliver(session.Notice{Name: name})
+			sub.deliver(driver.Notice{Name: name})
 		}
 	}
 }
 
-func (sub *subscriber) deliver(n session.Notice) {
+func (sub *subscriber) deliver(n driver.Notice) {
 	sub.mu.Lock()
 	if sub.stopped {
 		sub.mu.Unlock()

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/session/backendtest"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 )
 
@@ -24,7 +24,7 @@ func newNamespaces(opts ...memory.Option) *namespaces {
 	return &namespaces{clock: c, opts: append([]memory.Option{memory.WithClock(c)}, opts...), ns: map[string]*memory.Backend{}}
 }
 
-func (n *namespaces) newBackend(t *testing.T, namespace string) session.Backend {
+func (n *namespaces) newBackend(t *testing.T, namespace string) driver.Backend {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if b, ok := n.ns[namespace]; ok {

@@ -1,4 +1,4 @@
-// Package memory is an in-memory [session.Backend] and [session.Broadcaster]
+// Package memory is an in-memory [driver.Backend] and [driver.Broadcaster]
 // for Simba's own tests: the session engine's unit tests, the seeded
 // simulation and the demo. It is not for production: nothing survives the
 // process, and nothing is shared between processes.

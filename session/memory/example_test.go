@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 )
 
@@ -17,17 +17,17 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	s, _ := b.Open(ctx, session.OpenRequest{LeaseDuration: 15 * time.Second})
-	acq, _ := b.Acquire(ctx, session.AcquireRequest{ID: s.ID, Names: []string{"leader"}})
+	s, _ := b.Open(ctx, driver.OpenRequest{LeaseDuration: 15 * time.Second})
+	acq, _ := b.Acquire(ctx, driver.AcquireRequest{ID: s.ID, Names: []string{"leader"}})
 	fmt.Println("token:", acq.Results[0].Token)
 
 	clock.Advance(10 * time.Second)
-	r, _ := b.Renew(ctx, session.RenewRequest{ID: s.ID})
+	r, _ := b.Renew(ctx, driver.RenewRequest{ID: s.ID})
 	fmt.Println("remaining after renewal:", r.Remaining, "owned:", r.Leases)
 
 	clock.Advance(15 * time.Second) // no renewal for a whole lease
-	_, err = b.Renew(ctx, session.RenewRequest{ID: s.ID})
-	fmt.Println("expired:", errors.Is(err, session.ErrExpired))
+	_, err = b.Renew(ctx, driver.RenewRequest{ID: s.ID})
+	fmt.Println("expired:", errors.Is(err, driver.ErrExpired))
 	// Output:
 	// token: 1
 	// remaining after renewal: 15s owned: [{leader 1}]
@@ -38,15 +38,15 @@ func ExampleNew() {
 func ExampleBackend_DropReplies() {
 	ctx := context.Background()
 	b, _ := memory.New()
-	s, _ := b.Open(ctx, session.OpenRequest{LeaseDuration: 15 * time.Second})
+	s, _ := b.Open(ctx, driver.OpenRequest{LeaseDuration: 15 * time.Second})
 
 	b.DropReplies(1)
-	_, err := b.Acquire(ctx, session.AcquireRequest{ID: s.ID, Names: []string{"leader"}})
+	_, err := b.Acquire(ctx, driver.AcquireRequest{ID: s.ID, Names: []string{"leader"}})
 	owner, token, _ := b.Owner("leader")
 	fmt.Println(errors.Is(err, memory.ErrReplyLost), owner == s.ID, token)
 
 	b.FailCalls(errors.New("connection refused"))
-	_, err = b.Renew(ctx, session.RenewRequest{ID: s.ID})
+	_, err = b.Renew(ctx, driver.RenewRequest{ID: s.ID})
 	fmt.Println(err)
 	fmt.Println(b.Stats().Renew)
 	// Output:

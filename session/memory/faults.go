@@ -3,7 +3,7 @@ package memory
 import (
 	"time"
 
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // Pause makes this client's calls block, before they take effect, until
@@ -53,8 +53,8 @@ func (b *Backend) FailCalls(err error) {
 }
 
 // Expire ends a session now, as if its lease had run out, and broadcasts
-// its leases. It answers [session.ErrExpired] from then on.
-func (b *Backend) Expire(id session.ID) {
+// its leases. It answers [driver.ErrExpired] from then on.
+func (b *Backend) Expire(id driver.ID) {
 	s := b.s
 	s.mu.Lock()
 	var freed []string
@@ -66,8 +66,8 @@ func (b *Backend) Expire(id session.ID) {
 }
 
 // LoseData is a restart without persistence: every session and lease of
-// the namespace is gone (their ids answer [session.ErrExpired]), and
-// subscribers get an empty [session.Notice]. With keepTokens the per-name
+// the namespace is gone (their ids answer [driver.ErrExpired]), and
+// subscribers get an empty [driver.Notice]. With keepTokens the per-name
 // token counters survive, as in a store that keeps them durably; without,
 // they restart and a new token epoch begins, so tokens keep rising (unless
 // [WithoutTokenEpochs]). Session ids are never reused either way.
@@ -90,7 +90,7 @@ func (b *Backend) LoseData(keepTokens bool) {
 
 // Owner reports who owns name now, by the backend's clock, without changing
 // anything.
-func (b *Backend) Owner(name string) (id session.ID, token uint64, ok bool) {
+func (b *Backend) Owner(name string) (id driver.ID, token uint64, ok bool) {
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -106,7 +106,7 @@ func (b *Backend) Owner(name string) (id session.ID, token uint64, ok bool) {
 
 // Remaining reports the time session id has left by the backend's clock, as
 // a renewal would report it, without renewing; false if it has ended.
-func (b *Backend) Remaining(id session.ID) (time.Duration, bool) {
+func (b *Backend) Remaining(id driver.ID) (time.Duration, bool) {
 	s := b.s
 	s.mu.Lock()
 	defer s.mu.Unlock()

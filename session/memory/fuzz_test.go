@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // FuzzAcquireRelease checks that whatever the name, the backend stores it
@@ -18,7 +18,7 @@ func FuzzAcquireRelease(f *testing.F) {
 	f.Fuzz(func(t *testing.T, name string) {
 		fx := newFixture(t)
 		id := fx.open()
-		r, err := fx.b.Acquire(t.Context(), session.AcquireRequest{ID: id, Names: []string{name}})
+		r, err := fx.b.Acquire(t.Context(), driver.AcquireRequest{ID: id, Names: []string{name}})
 		if err != nil {
 			t.Fatalf("Acquire(%q): %v", name, err)
 		}
@@ -27,7 +27,7 @@ func FuzzAcquireRelease(f *testing.F) {
 			if !errors.Is(res.Err, deadline.ErrInvalidName) || res.Token != 0 {
 				t.Fatalf("Acquire(%q) = %d, %v; want 0, ErrInvalidName", name, res.Token, res.Err)
 			}
-			if err := fx.b.Release(t.Context(), session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: name, Token: 1}}}); !errors.Is(err, deadline.ErrInvalidName) {
+			if err := fx.b.Release(t.Context(), driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: name, Token: 1}}}); !errors.Is(err, deadline.ErrInvalidName) {
 				t.Fatalf("Release(%q): %v, want ErrInvalidName", name, err)
 			}
 			fx.wantOwner(name, "", 0)
@@ -37,7 +37,7 @@ func FuzzAcquireRelease(f *testing.F) {
 			t.Fatalf("Acquire(%q) = %d, %v; want 1, nil", name, res.Token, res.Err)
 		}
 		fx.wantOwner(name, id, 1)
-		if err := fx.b.Release(t.Context(), session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: name, Token: 1}}}); err != nil {
+		if err := fx.b.Release(t.Context(), driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: name, Token: 1}}}); err != nil {
 			t.Fatalf("Release(%q): %v", name, err)
 		}
 		fx.wantOwner(name, "", 0)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 )
 
@@ -17,15 +17,15 @@ func TestInspectReportsHoldersWithTheirOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner := session.Owner{Identity: "node-a/1", Metadata: map[string]string{"addr": "127.0.0.1:9000"}}
-	o, err := b.Open(ctx, session.OpenRequest{LeaseDuration: time.Minute, Owner: owner})
+	owner := driver.Owner{Identity: "node-a/1", Metadata: map[string]string{"addr": "127.0.0.1:9000"}}
+	o, err := b.Open(ctx, driver.OpenRequest{LeaseDuration: time.Minute, Owner: owner})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Acquire(ctx, session.AcquireRequest{ID: o.ID, Names: []string{"jobs.1", "jobs.2", "other"}}); err != nil {
+	if _, err := b.Acquire(ctx, driver.AcquireRequest{ID: o.ID, Names: []string{"jobs.1", "jobs.2", "other"}}); err != nil {
 		t.Fatal(err)
 	}
-	hs, err := b.Inspect(ctx, session.InspectRequest{Prefix: "jobs."})
+	hs, err := b.Inspect(ctx, driver.InspectRequest{Prefix: "jobs."})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,17 +35,17 @@ func TestInspectReportsHoldersWithTheirOwner(t *testing.T) {
 	if hs[0].Session != o.ID || hs[0].Owner.Identity != "node-a/1" || hs[0].Owner.Metadata["addr"] != "127.0.0.1:9000" || hs[0].Token == 0 || hs[0].Remaining <= 0 {
 		t.Fatalf("holder = %+v", hs[0])
 	}
-	hs, err = b.Inspect(ctx, session.InspectRequest{Names: []string{"other", "free"}})
+	hs, err = b.Inspect(ctx, driver.InspectRequest{Names: []string{"other", "free"}})
 	if err != nil || len(hs) != 1 || hs[0].Name != "other" {
 		t.Fatalf("Inspect(names) = %+v, %v", hs, err)
 	}
-	if _, err := b.Inspect(ctx, session.InspectRequest{Names: []string{"bad name"}}); !errors.Is(err, deadline.ErrInvalidName) {
+	if _, err := b.Inspect(ctx, driver.InspectRequest{Names: []string{"bad name"}}); !errors.Is(err, deadline.ErrInvalidName) {
 		t.Fatalf("Inspect(bad name) = %v, want ErrInvalidName", err)
 	}
 	if err := b.Close(ctx, o.ID); err != nil {
 		t.Fatal(err)
 	}
-	if hs, _ := b.Inspect(ctx, session.InspectRequest{}); len(hs) != 0 {
+	if hs, _ := b.Inspect(ctx, driver.InspectRequest{}); len(hs) != 0 {
 		t.Fatalf("Inspect after Close = %+v, want none", hs)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/session/memory"
 )
 
@@ -32,18 +32,18 @@ func newFixture(t testing.TB, opts ...memory.Option) *fixture {
 	return &fixture{t: t, clock: clock, b: b}
 }
 
-func (f *fixture) open() session.ID {
+func (f *fixture) open() driver.ID {
 	f.t.Helper()
-	r, err := f.b.Open(f.t.Context(), session.OpenRequest{LeaseDuration: lease})
+	r, err := f.b.Open(f.t.Context(), driver.OpenRequest{LeaseDuration: lease})
 	if err != nil {
 		f.t.Fatalf("Open: %v", err)
 	}
 	return r.ID
 }
 
-func (f *fixture) acquire(id session.ID, name string) uint64 {
+func (f *fixture) acquire(id driver.ID, name string) uint64 {
 	f.t.Helper()
-	r, err := f.b.Acquire(f.t.Context(), session.AcquireRequest{ID: id, Names: []string{name}})
+	r, err := f.b.Acquire(f.t.Context(), driver.AcquireRequest{ID: id, Names: []string{name}})
 	if err != nil {
 		f.t.Fatalf("Acquire(%q): %v", name, err)
 	}
@@ -53,7 +53,7 @@ func (f *fixture) acquire(id session.ID, name string) uint64 {
 	return r.Results[0].Token
 }
 
-func (f *fixture) wantOwner(name string, id session.ID, token uint64) {
+func (f *fixture) wantOwner(name string, id driver.ID, token uint64) {
 	f.t.Helper()
 	gotID, gotTok, ok := f.b.Owner(name)
 	if id == "" {
@@ -93,7 +93,7 @@ func TestDefaultIDsAre128BitHex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := b.Open(t.Context(), session.OpenRequest{LeaseDuration: lease})
+	r, err := b.Open(t.Context(), driver.OpenRequest{LeaseDuration: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,11 +108,11 @@ func TestDefaultIDsAre128BitHex(t *testing.T) {
 }
 
 func TestIDSourceDuplicateRefused(t *testing.T) {
-	ids := []session.ID{"s1", "s2", "s1"}
-	f := newFixture(t, memory.WithIDSource(func() session.ID { id := ids[0]; ids = ids[1:]; return id }))
+	ids := []driver.ID{"s1", "s2", "s1"}
+	f := newFixture(t, memory.WithIDSource(func() driver.ID { id := ids[0]; ids = ids[1:]; return id }))
 	f.open()
 	f.open()
-	_, err := f.b.Open(t.Context(), session.OpenRequest{LeaseDuration: lease})
+	_, err := f.b.Open(t.Context(), driver.OpenRequest{LeaseDuration: lease})
 	if !errors.Is(err, memory.ErrDuplicateID) {
 		t.Errorf("Open with a repeated id: err = %v, want ErrDuplicateID", err)
 	}
@@ -121,7 +121,7 @@ func TestIDSourceDuplicateRefused(t *testing.T) {
 func TestOpenRejectsNonPositiveLease(t *testing.T) {
 	f := newFixture(t)
 	for _, d := range []time.Duration{0, -time.Second} {
-		if _, err := f.b.Open(t.Context(), session.OpenRequest{LeaseDuration: d}); !errors.Is(err, memory.ErrInvalidLease) {
+		if _, err := f.b.Open(t.Context(), driver.OpenRequest{LeaseDuration: d}); !errors.Is(err, memory.ErrInvalidLease) {
 			t.Errorf("Open(lease %v): err = %v, want ErrInvalidLease", d, err)
 		}
 	}
@@ -131,7 +131,7 @@ func TestMaxLeaseAndGrantFraction(t *testing.T) {
 	// ZooKeeper-like: 6s cap, 5/12 reported. A 15s request gets 6s, reported
 	// as 2.5s, and the session really lives the whole 6s.
 	f := newFixture(t, memory.WithMaxLease(6*time.Second), memory.WithGrantFraction(5, 12))
-	r, err := f.b.Open(t.Context(), session.OpenRequest{LeaseDuration: 15 * time.Second})
+	r, err := f.b.Open(t.Context(), driver.OpenRequest{LeaseDuration: 15 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,12 +142,12 @@ func TestMaxLeaseAndGrantFraction(t *testing.T) {
 	if _, ok := f.b.Remaining(r.ID); !ok {
 		t.Fatalf("session ended before its 6s lease")
 	}
-	rr, err := f.b.Renew(t.Context(), session.RenewRequest{ID: r.ID})
+	rr, err := f.b.Renew(t.Context(), driver.RenewRequest{ID: r.ID})
 	if err != nil || rr.Remaining != 2500*time.Millisecond {
 		t.Errorf("Renew = %v, %v; want 2.5s, nil", rr.Remaining, err)
 	}
 	f.clock.Advance(6 * time.Second)
-	if _, err := f.b.Renew(t.Context(), session.RenewRequest{ID: r.ID}); !errors.Is(err, session.ErrExpired) {
+	if _, err := f.b.Renew(t.Context(), driver.RenewRequest{ID: r.ID}); !errors.Is(err, driver.ErrExpired) {
 		t.Errorf("Renew 6s after the last: err = %v, want ErrExpired", err)
 	}
 }
@@ -167,8 +167,8 @@ func TestRemainingFollowsBackendClock(t *testing.T) {
 
 func TestExpiryFreesLeasesAndNotifies(t *testing.T) {
 	f := newFixture(t)
-	var got []session.Notice
-	stop, err := f.b.Subscribe(func(n session.Notice) { got = append(got, n) })
+	var got []driver.Notice
+	stop, err := f.b.Subscribe(func(n driver.Notice) { got = append(got, n) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestExpiryFreesLeasesAndNotifies(t *testing.T) {
 	f.clock.Advance(lease)
 	f.wantOwner("x", "", 0)
 	b := f.open() // the first call after the expiry notices it
-	if want := []session.Notice{{Name: "x"}}; fmt.Sprint(got) != fmt.Sprint(want) {
+	if want := []driver.Notice{{Name: "x"}}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("notices = %v, want %v", got, want)
 	}
 	if tb := f.acquire(b, "x"); tb <= ta {
@@ -188,17 +188,17 @@ func TestExpiryFreesLeasesAndNotifies(t *testing.T) {
 
 func TestExpire(t *testing.T) {
 	f := newFixture(t)
-	var got []session.Notice
-	stop, _ := f.b.Subscribe(func(n session.Notice) { got = append(got, n) })
+	var got []driver.Notice
+	stop, _ := f.b.Subscribe(func(n driver.Notice) { got = append(got, n) })
 	defer stop()
 	a := f.open()
 	f.acquire(a, "x")
 	f.acquire(a, "y")
 	f.b.Expire(a)
-	if fmt.Sprint(got) != fmt.Sprint([]session.Notice{{Name: "x"}, {Name: "y"}}) {
+	if fmt.Sprint(got) != fmt.Sprint([]driver.Notice{{Name: "x"}, {Name: "y"}}) {
 		t.Errorf("notices = %v, want x then y", got)
 	}
-	if _, err := f.b.Renew(t.Context(), session.RenewRequest{ID: a}); !errors.Is(err, session.ErrExpired) {
+	if _, err := f.b.Renew(t.Context(), driver.RenewRequest{ID: a}); !errors.Is(err, driver.ErrExpired) {
 		t.Errorf("Renew after Expire: %v, want ErrExpired", err)
 	}
 	f.wantOwner("x", "", 0)
@@ -217,12 +217,12 @@ func TestLoseData(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, tc.opts...)
-			var got []session.Notice
-			stop, _ := f.b.Subscribe(func(n session.Notice) { got = append(got, n) })
+			var got []driver.Notice
+			stop, _ := f.b.Subscribe(func(n driver.Notice) { got = append(got, n) })
 			defer stop()
 			a := f.open()
 			f.acquire(a, "x")
-			if err := f.b.Release(t.Context(), session.ReleaseRequest{ID: a, Leases: []session.Lease{{Name: "x", Token: 1}}}); err != nil {
+			if err := f.b.Release(t.Context(), driver.ReleaseRequest{ID: a, Leases: []driver.Lease{{Name: "x", Token: 1}}}); err != nil {
 				t.Fatal(err)
 			}
 			if tok := f.acquire(a, "x"); tok != 2 {
@@ -230,10 +230,10 @@ func TestLoseData(t *testing.T) {
 			}
 			got = nil
 			f.b.LoseData(tc.keepTokens)
-			if fmt.Sprint(got) != fmt.Sprint([]session.Notice{{}}) {
+			if fmt.Sprint(got) != fmt.Sprint([]driver.Notice{{}}) {
 				t.Errorf("notices = %v, want one empty Notice", got)
 			}
-			if _, err := f.b.Renew(t.Context(), session.RenewRequest{ID: a}); !errors.Is(err, session.ErrExpired) {
+			if _, err := f.b.Renew(t.Context(), driver.RenewRequest{ID: a}); !errors.Is(err, driver.ErrExpired) {
 				t.Errorf("Renew after LoseData: %v, want ErrExpired", err)
 			}
 			f.wantOwner("x", "", 0)
@@ -253,13 +253,13 @@ func TestFailCalls(t *testing.T) {
 	a := f.open()
 	boom := errors.New("boom")
 	f.b.FailCalls(boom)
-	_, err := f.b.Acquire(t.Context(), session.AcquireRequest{ID: a, Names: []string{"x"}})
+	_, err := f.b.Acquire(t.Context(), driver.AcquireRequest{ID: a, Names: []string{"x"}})
 	if !errors.Is(err, boom) {
 		t.Errorf("Acquire with FailCalls: err = %v, want boom", err)
 	}
 	f.wantOwner("x", "", 0) // not applied
 	f.clock.Advance(lease / 2)
-	if _, err := f.b.Renew(t.Context(), session.RenewRequest{ID: a}); !errors.Is(err, boom) {
+	if _, err := f.b.Renew(t.Context(), driver.RenewRequest{ID: a}); !errors.Is(err, boom) {
 		t.Errorf("Renew with FailCalls: err = %v, want boom", err)
 	}
 	if left, _ := f.b.Remaining(a); left != lease/2 {
@@ -276,7 +276,7 @@ func TestDropReplies(t *testing.T) {
 	a := f.open()
 	f.b.DropReplies(2)
 	for i := range 2 {
-		_, err := f.b.Acquire(t.Context(), session.AcquireRequest{ID: a, Names: []string{"x"}})
+		_, err := f.b.Acquire(t.Context(), driver.AcquireRequest{ID: a, Names: []string{"x"}})
 		if !errors.Is(err, memory.ErrReplyLost) {
 			t.Errorf("call %d: err = %v, want ErrReplyLost", i, err)
 		}
@@ -293,11 +293,11 @@ func TestStatsCountEveryCall(t *testing.T) {
 	a := f.open()
 	f.b.FailCalls(errors.New("down"))
 	for range 3 {
-		_, _ = f.b.Renew(t.Context(), session.RenewRequest{ID: a})
+		_, _ = f.b.Renew(t.Context(), driver.RenewRequest{ID: a})
 	}
 	f.b.FailCalls(nil)
-	_, _ = f.b.Acquire(t.Context(), session.AcquireRequest{ID: a, Names: []string{"x", "y"}})
-	_ = f.b.Release(t.Context(), session.ReleaseRequest{ID: a})
+	_, _ = f.b.Acquire(t.Context(), driver.AcquireRequest{ID: a, Names: []string{"x", "y"}})
+	_ = f.b.Release(t.Context(), driver.ReleaseRequest{ID: a})
 	_ = f.b.Close(t.Context(), a)
 	want := memory.Stats{Open: 1, Renew: 3, Acquire: 1, Release: 1, Close: 1}
 	if got := f.b.Stats(); got != want {
@@ -312,7 +312,7 @@ func TestClientsShareStateNotFaults(t *testing.T) {
 	f := newFixture(t)
 	other := f.b.NewClient()
 	f.b.FailCalls(errors.New("partitioned"))
-	r, err := other.Open(t.Context(), session.OpenRequest{LeaseDuration: lease})
+	r, err := other.Open(t.Context(), driver.OpenRequest{LeaseDuration: lease})
 	if err != nil {
 		t.Fatalf("Open on another client: %v", err)
 	}
@@ -326,7 +326,7 @@ func TestCancelledContextNotApplied(t *testing.T) {
 	a := f.open()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := f.b.Acquire(ctx, session.AcquireRequest{ID: a, Names: []string{"x"}}); !errors.Is(err, context.Canceled) {
+	if _, err := f.b.Acquire(ctx, driver.AcquireRequest{ID: a, Names: []string{"x"}}); !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v, want context.Canceled", err)
 	}
 	f.wantOwner("x", "", 0)
@@ -336,7 +336,7 @@ func TestReleaseInvalidNameReleasesNothing(t *testing.T) {
 	f := newFixture(t)
 	a := f.open()
 	tok := f.acquire(a, "x")
-	err := f.b.Release(t.Context(), session.ReleaseRequest{ID: a, Leases: []session.Lease{{Name: "x", Token: tok}, {Name: "a/b", Token: 1}}})
+	err := f.b.Release(t.Context(), driver.ReleaseRequest{ID: a, Leases: []driver.Lease{{Name: "x", Token: tok}, {Name: "a/b", Token: 1}}})
 	if !errors.Is(err, deadline.ErrInvalidName) {
 		t.Errorf("Release with an invalid name: err = %v, want ErrInvalidName", err)
 	}
@@ -349,7 +349,7 @@ func TestVersionsNeverRepeat(t *testing.T) {
 	seen := map[uint64]bool{}
 	check := func(step string) {
 		t.Helper()
-		r, err := f.b.Renew(t.Context(), session.RenewRequest{ID: a})
+		r, err := f.b.Renew(t.Context(), driver.RenewRequest{ID: a})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -362,7 +362,7 @@ func TestVersionsNeverRepeat(t *testing.T) {
 	for i := range 20 {
 		tok := f.acquire(a, "x")
 		check(fmt.Sprintf("acquire %d", i))
-		if err := f.b.Release(t.Context(), session.ReleaseRequest{ID: a, Leases: []session.Lease{{Name: "x", Token: tok}}}); err != nil {
+		if err := f.b.Release(t.Context(), driver.ReleaseRequest{ID: a, Leases: []driver.Lease{{Name: "x", Token: tok}}}); err != nil {
 			t.Fatal(err)
 		}
 		check(fmt.Sprintf("release %d", i))

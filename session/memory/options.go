@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // ErrInvalidOption is wrapped by the error [New] returns for an invalid
@@ -20,7 +20,7 @@ type Option func(*config)
 
 type config struct {
 	clock             deadline.Clock
-	newID             func() session.ID
+	newID             func() driver.ID
 	maxLease          time.Duration
 	grantNum, grantDn int64
 	noEpochs          bool
@@ -36,7 +36,7 @@ func WithClock(c deadline.Clock) Option {
 // is reproducible. The backend refuses to open a session under an id it has
 // handed out before ([ErrDuplicateID]). Default: 128 random bits from
 // crypto/rand, in hex.
-func WithIDSource(next func() session.ID) Option {
+func WithIDSource(next func() driver.ID) Option {
 	return func(cfg *config) { cfg.newID = next }
 }
 
@@ -77,8 +77,8 @@ func (c *config) validate() error {
 
 // randomID is the default id source: 128 bits from crypto/rand, which never
 // fails (it panics on a broken system source rather than return an error).
-func randomID() session.ID {
+func randomID() driver.ID {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return session.ID(hex.EncodeToString(b[:]))
+	return driver.ID(hex.EncodeToString(b[:]))
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // epochShift places the epoch above the per-name counter in a token.
@@ -18,9 +18,9 @@ type store struct {
 	cfg config
 
 	mu       sync.Mutex
-	issued   map[session.ID]struct{} // every id ever handed out; survives LoseData
-	sessions map[session.ID]*sess    // live sessions (an unknown id is expired)
-	order    []session.ID            // sessions in open order, for deterministic sweeps
+	issued   map[driver.ID]struct{} // every id ever handed out; survives LoseData
+	sessions map[driver.ID]*sess    // live sessions (an unknown id is expired)
+	order    []driver.ID            // sessions in open order, for deterministic sweeps
 	leases   map[string]lease
 	counters map[string]uint64 // per-name token counters; release never resets them
 	epoch    uint64
@@ -30,7 +30,7 @@ type store struct {
 }
 
 type sess struct {
-	owner     session.Owner
+	owner     driver.Owner
 	ttl       time.Duration
 	expiresAt time.Time
 	version   uint64
@@ -38,15 +38,15 @@ type sess struct {
 }
 
 type lease struct {
-	owner session.ID
+	owner driver.ID
 	token uint64
 }
 
 func newStore(cfg config) *store {
 	return &store{
 		cfg:      cfg,
-		issued:   map[session.ID]struct{}{},
-		sessions: map[session.ID]*sess{},
+		issued:   map[driver.ID]struct{}{},
+		sessions: map[driver.ID]*sess{},
 		leases:   map[string]lease{},
 		counters: map[string]uint64{},
 	}
@@ -75,7 +75,7 @@ func (s *store) sweep(now time.Time) []string {
 }
 
 // drop removes a session and its leases, returning the freed names sorted.
-func (s *store) drop(id session.ID, se *sess) []string {
+func (s *store) drop(id driver.ID, se *sess) []string {
 	names := make([]string, 0, len(se.owned))
 	for name, tok := range se.owned {
 		if l := s.leases[name]; l.owner == id && l.token == tok {
@@ -103,14 +103,14 @@ func (s *store) remaining(se *sess, now time.Time) time.Duration {
 	return time.Duration(int64(left) / s.cfg.grantDn * s.cfg.grantNum)
 }
 
-func (s *store) open(lease time.Duration, owner session.Owner) (session.OpenReply, []string, error) {
+func (s *store) open(lease time.Duration, owner driver.Owner) (driver.OpenReply, []string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.cfg.clock.Now()
 	freed := s.sweep(now)
 	id := s.cfg.newID()
 	if _, dup := s.issued[id]; dup {
-		return session.OpenReply{}, freed, errorf(ErrDuplicateID, "open: id %q was handed out before", id)
+		return driver.OpenReply{}, freed, errorf(ErrDuplicateID, "open: id %q was handed out before", id)
 	}
 	s.issued[id] = struct{}{}
 	if s.cfg.maxLease > 0 && lease > s.cfg.maxLease {
@@ -119,40 +119,40 @@ func (s *store) open(lease time.Duration, owner session.Owner) (session.OpenRepl
 	se := &sess{owner: owner, ttl: lease, expiresAt: now.Add(lease), version: 1, owned: map[string]uint64{}}
 	s.sessions[id] = se
 	s.order = append(s.order, id)
-	return session.OpenReply{ID: id, Remaining: s.remaining(se, now)}, freed, nil
+	return driver.OpenReply{ID: id, Remaining: s.remaining(se, now)}, freed, nil
 }
 
-func (s *store) renew(req session.RenewRequest) (session.RenewReply, []string, error) {
+func (s *store) renew(req driver.RenewRequest) (driver.RenewReply, []string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.cfg.clock.Now()
 	freed := s.sweep(now)
 	se, ok := s.sessions[req.ID]
 	if !ok {
-		return session.RenewReply{}, freed, errorf(session.ErrExpired, "renew %s", req.ID)
+		return driver.RenewReply{}, freed, errorf(driver.ErrExpired, "renew %s", req.ID)
 	}
 	se.expiresAt = now.Add(se.ttl)
-	reply := session.RenewReply{Remaining: s.remaining(se, now), Version: se.version}
+	reply := driver.RenewReply{Remaining: s.remaining(se, now), Version: se.version}
 	if req.KnownVersion != se.version {
 		reply.Full = true
-		reply.Leases = make([]session.Lease, 0, len(se.owned))
+		reply.Leases = make([]driver.Lease, 0, len(se.owned))
 		for name, tok := range se.owned {
-			reply.Leases = append(reply.Leases, session.Lease{Name: name, Token: tok})
+			reply.Leases = append(reply.Leases, driver.Lease{Name: name, Token: tok})
 		}
 		sort.Slice(reply.Leases, func(i, j int) bool { return reply.Leases[i].Name < reply.Leases[j].Name })
 	}
 	return reply, freed, nil
 }
 
-func (s *store) acquire(req session.AcquireRequest) (session.AcquireReply, []string, error) {
+func (s *store) acquire(req driver.AcquireRequest) (driver.AcquireReply, []string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	freed := s.sweep(s.cfg.clock.Now())
 	se, ok := s.sessions[req.ID]
 	if !ok {
-		return session.AcquireReply{}, freed, errorf(session.ErrExpired, "acquire for %s", req.ID)
+		return driver.AcquireReply{}, freed, errorf(driver.ErrExpired, "acquire for %s", req.ID)
 	}
-	reply := session.AcquireReply{Results: make([]session.AcquireResult, len(req.Names))}
+	reply := driver.AcquireReply{Results: make([]driver.AcquireResult, len(req.Names))}
 	changed := false
 	for i, name := range req.Names {
 		res := &reply.Results[i]
@@ -180,7 +180,7 @@ func (s *store) acquire(req session.AcquireRequest) (session.AcquireReply, []str
 	return reply, freed, nil
 }
 
-func (s *store) release(req session.ReleaseRequest) ([]string, error) {
+func (s *store) release(req driver.ReleaseRequest) ([]string, error) {
 	for _, l := range req.Leases {
 		if err := deadline.ValidateName(l.Name); err != nil {
 			return nil, errorf(err, "release")
@@ -208,7 +208,7 @@ func (s *store) release(req session.ReleaseRequest) ([]string, error) {
 	return freed, nil
 }
 
-func (s *store) close(id session.ID) []string {
+func (s *store) close(id driver.ID) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	freed := s.sweep(s.cfg.clock.Now())
@@ -219,15 +219,15 @@ func (s *store) close(id session.ID) []string {
 }
 
 // inspect lists the live holders of the selected names, sorted by name.
-func (s *store) inspect(req session.InspectRequest) ([]session.Holder, []string) {
+func (s *store) inspect(req driver.InspectRequest) ([]driver.Holder, []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.cfg.clock.Now()
 	freed := s.sweep(now)
-	var out []session.Holder
+	var out []driver.Holder
 	add := func(name string, l lease) {
 		se := s.sessions[l.owner]
-		out = append(out, session.Holder{Name: name, Token: l.token, Session: l.owner, Owner: se.owner, Remaining: s.remaining(se, now)})
+		out = append(out, driver.Holder{Name: name, Token: l.token, Session: l.owner, Owner: se.owner, Remaining: s.remaining(se, now)})
 	}
 	if len(req.Names) > 0 {
 		for _, name := range req.Names {

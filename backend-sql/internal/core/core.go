@@ -19,7 +19,7 @@ import (
 
 	sqlbackend "github.com/simba-go/simba/backend-sql"
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // Expand replaces every "{p}" in text with prefix after validating it. It is
@@ -33,17 +33,17 @@ func Expand(text, prefix string) (string, error) {
 
 // NewID returns a new session id: 128 random bits from crypto/rand, in
 // lower-case hex.
-func NewID() (session.ID, error) {
+func NewID() (driver.ID, error) {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("session id: %w", err)
 	}
-	return session.ID(hex.EncodeToString(b[:])), nil
+	return driver.ID(hex.EncodeToString(b[:])), nil
 }
 
 // wellFormed reports whether id could have come from [NewID]. Others are
 // unknown to the backend, which the SPI treats as expired.
-func wellFormed(id session.ID) bool {
+func wellFormed(id driver.ID) bool {
 	if len(id) != 32 {
 		return false
 	}
@@ -62,7 +62,7 @@ type RenewResult struct {
 	Version     uint64
 	// Leases is the owned set, listed only when Version differs from the
 	// version asked about.
-	Leases []session.Lease
+	Leases []driver.Lease
 }
 
 // Store is one SQL dialect. Each method is one call to a stored routine,
@@ -78,7 +78,7 @@ type Store interface {
 	// 0 where not acquired.
 	Acquire(ctx context.Context, id string, names []string) (tokens []uint64, ok bool, err error)
 	// Release gets leases sorted by name.
-	Release(ctx context.Context, id string, leases []session.Lease) error
+	Release(ctx context.Context, id string, leases []driver.Lease) error
 	Close(ctx context.Context, id string) error
 	// Inspect lists the held leases whose session is alive: those named in
 	// names (sorted, no duplicates), or when names is nil those starting
@@ -95,7 +95,7 @@ type HolderRow struct {
 	RemainingUS int64
 }
 
-// Backend implements [session.Backend] over a [Store].
+// Backend implements [driver.Backend] over a [Store].
 type Backend struct {
 	Store Store
 	// Label starts every error message, e.g. "pgsimba".
@@ -129,14 +129,14 @@ func (b *Backend) retry(ctx context.Context, f func() error) error {
 	}
 }
 
-// Shut makes every later call fail with [session.ErrClosed].
+// Shut makes every later call fail with [driver.ErrClosed].
 func (b *Backend) Shut() { b.shut.Store(true) }
 
 // closed reports the error for a call after Shut, or nil; before the
 // first call it runs Ready.
 func (b *Backend) closed(ctx context.Context, op string) error {
 	if b.shut.Load() {
-		return fmt.Errorf("%s: %s: backend shut down: %w", b.Label, op, session.ErrClosed)
+		return fmt.Errorf("%s: %s: backend shut down: %w", b.Label, op, driver.ErrClosed)
 	}
 	if b.Ready == nil || b.readyOK.Load() {
 		return nil
@@ -157,25 +157,25 @@ func (b *Backend) wrap(op string, err error) error {
 	return fmt.Errorf("%s: %s: %w", b.Label, op, err)
 }
 
-func (b *Backend) expired(op string, id session.ID) error {
-	return fmt.Errorf("%s: %s: session %s: %w", b.Label, op, id, session.ErrExpired)
+func (b *Backend) expired(op string, id driver.ID) error {
+	return fmt.Errorf("%s: %s: session %s: %w", b.Label, op, id, driver.ErrExpired)
 }
 
-// Open implements [session.Backend].
-func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.OpenReply, error) {
+// Open implements [driver.Backend].
+func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	if err := b.closed(ctx, "open"); err != nil {
-		return session.OpenReply{}, err
+		return driver.OpenReply{}, err
 	}
 	if req.LeaseDuration < time.Millisecond {
-		return session.OpenReply{}, b.wrap("open", fmt.Errorf("lease duration %v is shorter than 1ms", req.LeaseDuration))
+		return driver.OpenReply{}, b.wrap("open", fmt.Errorf("lease duration %v is shorter than 1ms", req.LeaseDuration))
 	}
 	owner, err := EncodeOwner(req.Owner)
 	if err != nil {
-		return session.OpenReply{}, b.wrap("open", err)
+		return driver.OpenReply{}, b.wrap("open", err)
 	}
 	id, err := NewID()
 	if err != nil {
-		return session.OpenReply{}, b.wrap("open", err)
+		return driver.OpenReply{}, b.wrap("open", err)
 	}
 	var rem int64
 	err = b.retry(ctx, func() (err error) {
@@ -183,18 +183,18 @@ func (b *Backend) Open(ctx context.Context, req session.OpenRequest) (session.Op
 		return err
 	})
 	if err != nil {
-		return session.OpenReply{}, b.wrap("open", err)
+		return driver.OpenReply{}, b.wrap("open", err)
 	}
-	return session.OpenReply{ID: id, Remaining: time.Duration(rem) * time.Microsecond}, nil
+	return driver.OpenReply{ID: id, Remaining: time.Duration(rem) * time.Microsecond}, nil
 }
 
-// Renew implements [session.Backend].
-func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.RenewReply, error) {
+// Renew implements [driver.Backend].
+func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
 	if err := b.closed(ctx, "renew"); err != nil {
-		return session.RenewReply{}, err
+		return driver.RenewReply{}, err
 	}
 	if !wellFormed(req.ID) {
-		return session.RenewReply{}, b.expired("renew", req.ID)
+		return driver.RenewReply{}, b.expired("renew", req.ID)
 	}
 	var r RenewResult
 	var ok bool
@@ -203,12 +203,12 @@ func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.
 		return err
 	})
 	if err != nil {
-		return session.RenewReply{}, b.wrap("renew", err)
+		return driver.RenewReply{}, b.wrap("renew", err)
 	}
 	if !ok {
-		return session.RenewReply{}, b.expired("renew", req.ID)
+		return driver.RenewReply{}, b.expired("renew", req.ID)
 	}
-	rep := session.RenewReply{
+	rep := driver.RenewReply{
 		Remaining: time.Duration(r.RemainingUS) * time.Microsecond,
 		Version:   r.Version,
 		Full:      r.Version != req.KnownVersion,
@@ -216,21 +216,21 @@ func (b *Backend) Renew(ctx context.Context, req session.RenewRequest) (session.
 	if rep.Full {
 		rep.Leases = r.Leases
 		if rep.Leases == nil {
-			rep.Leases = []session.Lease{}
+			rep.Leases = []driver.Lease{}
 		}
 	}
 	return rep, nil
 }
 
-// Acquire implements [session.Backend].
-func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (session.AcquireReply, error) {
+// Acquire implements [driver.Backend].
+func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	if err := b.closed(ctx, "acquire"); err != nil {
-		return session.AcquireReply{}, err
+		return driver.AcquireReply{}, err
 	}
 	if !wellFormed(req.ID) {
-		return session.AcquireReply{}, b.expired("acquire", req.ID)
+		return driver.AcquireReply{}, b.expired("acquire", req.ID)
 	}
-	rep := session.AcquireReply{Results: make([]session.AcquireResult, len(req.Names))}
+	rep := driver.AcquireReply{Results: make([]driver.AcquireResult, len(req.Names))}
 	var names []string
 	for i, n := range req.Names {
 		rep.Results[i].Name = n
@@ -252,13 +252,13 @@ func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (sess
 		return err
 	})
 	if err != nil {
-		return session.AcquireReply{}, b.wrap("acquire", err)
+		return driver.AcquireReply{}, b.wrap("acquire", err)
 	}
 	if !ok {
-		return session.AcquireReply{}, b.expired("acquire", req.ID)
+		return driver.AcquireReply{}, b.expired("acquire", req.ID)
 	}
 	if len(tokens) != len(names) {
-		return session.AcquireReply{}, b.wrap("acquire", fmt.Errorf("%d tokens for %d names", len(tokens), len(names)))
+		return driver.AcquireReply{}, b.wrap("acquire", fmt.Errorf("%d tokens for %d names", len(tokens), len(names)))
 	}
 	for i := range rep.Results {
 		if rep.Results[i].Err != nil {
@@ -270,8 +270,8 @@ func (b *Backend) Acquire(ctx context.Context, req session.AcquireRequest) (sess
 	return rep, nil
 }
 
-// Release implements [session.Backend].
-func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error {
+// Release implements [driver.Backend].
+func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error {
 	if err := b.closed(ctx, "release"); err != nil {
 		return err
 	}
@@ -284,7 +284,7 @@ func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error
 			return b.wrap("release", err)
 		}
 	}
-	slices.SortFunc(leases, func(x, y session.Lease) int {
+	slices.SortFunc(leases, func(x, y driver.Lease) int {
 		if c := strings.Compare(x.Name, y.Name); c != 0 {
 			return c
 		}
@@ -297,8 +297,8 @@ func (b *Backend) Release(ctx context.Context, req session.ReleaseRequest) error
 	return nil
 }
 
-// Close implements [session.Backend].
-func (b *Backend) Close(ctx context.Context, id session.ID) error {
+// Close implements [driver.Backend].
+func (b *Backend) Close(ctx context.Context, id driver.ID) error {
 	if err := b.closed(ctx, "close"); err != nil {
 		return err
 	}
@@ -327,7 +327,7 @@ var ErrBadReply = errors.New("unexpected reply from the database")
 
 // EncodeOwner checks an owner and encodes it for the sessions table; the
 // zero Owner (a direct caller that says nothing) as "".
-func EncodeOwner(o session.Owner) (string, error) {
+func EncodeOwner(o driver.Owner) (string, error) {
 	if err := o.Check(); err != nil || o.Identity == "" {
 		return "", err
 	}
@@ -335,8 +335,8 @@ func EncodeOwner(o session.Owner) (string, error) {
 	return string(js), err
 }
 
-// Inspect implements [session.Inspector].
-func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]session.Holder, error) {
+// Inspect implements [driver.Inspector].
+func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]driver.Holder, error) {
 	if err := b.closed(ctx, "inspect"); err != nil {
 		return nil, err
 	}
@@ -362,13 +362,13 @@ func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]se
 	if err != nil {
 		return nil, b.wrap("inspect", err)
 	}
-	out := make([]session.Holder, 0, len(rows))
+	out := make([]driver.Holder, 0, len(rows))
 	for _, r := range rows {
-		if r.Token <= 0 || !wellFormed(session.ID(r.Session)) {
+		if r.Token <= 0 || !wellFormed(driver.ID(r.Session)) {
 			return nil, b.wrap("inspect", fmt.Errorf("%w: holder of %q: token %d, session %q", ErrBadReply, r.Name, r.Token, r.Session))
 		}
-		h := session.Holder{
-			Name: r.Name, Token: uint64(r.Token), Session: session.ID(r.Session),
+		h := driver.Holder{
+			Name: r.Name, Token: uint64(r.Token), Session: driver.ID(r.Session),
 			Remaining: time.Duration(r.RemainingUS) * time.Microsecond,
 		}
 		if r.Owner != "" {
@@ -379,6 +379,6 @@ func (b *Backend) Inspect(ctx context.Context, req session.InspectRequest) ([]se
 		out = append(out, h)
 	}
 	// Sorted here, by bytes: the database's collation may order otherwise.
-	slices.SortFunc(out, func(x, y session.Holder) int { return strings.Compare(x.Name, y.Name) })
+	slices.SortFunc(out, func(x, y driver.Holder) int { return strings.Compare(x.Name, y.Name) })
 	return out, nil
 }

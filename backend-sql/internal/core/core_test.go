@@ -10,13 +10,13 @@ import (
 	"go.uber.org/goleak"
 
 	sqlbackend "github.com/simba-go/simba/backend-sql"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestNewIDIs128RandomBits(t *testing.T) {
-	seen := map[session.ID]bool{}
+	seen := map[driver.ID]bool{}
 	for range 1000 {
 		id, err := NewID()
 		if err != nil {
@@ -85,7 +85,7 @@ func (f *fakeStore) Acquire(_ context.Context, _ string, names []string) ([]uint
 	}
 	return out, true, nil
 }
-func (f *fakeStore) Release(context.Context, string, []session.Lease) error { return nil }
+func (f *fakeStore) Release(context.Context, string, []driver.Lease) error { return nil }
 func (f *fakeStore) Close(context.Context, string) error {
 	f.closes++
 	if f.failures > 0 {
@@ -114,7 +114,7 @@ func TestAcquireSortsDedupesAndMapsBack(t *testing.T) {
 	fs := &fakeStore{}
 	b := Backend{Store: fs, Label: "test"}
 	id, _ := NewID()
-	rep, err := b.Acquire(context.Background(), session.AcquireRequest{ID: id, Names: []string{"c", "a", "bad name", "c", "b"}})
+	rep, err := b.Acquire(context.Background(), driver.AcquireRequest{ID: id, Names: []string{"c", "a", "bad name", "c", "b"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,10 +130,10 @@ func TestAcquireSortsDedupesAndMapsBack(t *testing.T) {
 	if rep.Results[2].Err == nil {
 		t.Error("invalid name got no error")
 	}
-	if _, err := b.Renew(context.Background(), session.RenewRequest{ID: id}); !errors.Is(err, session.ErrExpired) {
+	if _, err := b.Renew(context.Background(), driver.RenewRequest{ID: id}); !errors.Is(err, driver.ErrExpired) {
 		t.Errorf("Renew of a session the store does not know = %v, want ErrExpired", err)
 	}
-	if _, err := b.Open(context.Background(), session.OpenRequest{LeaseDuration: time.Microsecond}); err == nil {
+	if _, err := b.Open(context.Background(), driver.OpenRequest{LeaseDuration: time.Microsecond}); err == nil {
 		t.Error("Open with a lease under 1ms succeeded")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/term"
 )
 
@@ -20,7 +21,7 @@ type Bench struct {
 	Harness Harness
 	// NewClient returns a new client (its own Backend value, and on
 	// PostgreSQL its own LISTEN connection) in the namespace prefix.
-	NewClient func(b *testing.B, prefix string) session.Backend
+	NewClient func(b *testing.B, prefix string) driver.Backend
 	// Raw returns the raw upsert and delete of one row, on a table it
 	// creates (and drops when b ends).
 	Raw func(b *testing.B) (upsert func(ctx context.Context, name, owner string, token int64) error, del func(ctx context.Context, name string) error)
@@ -33,8 +34,8 @@ func RunAcquireRelease(b *testing.B, bh Bench) {
 		be := bh.NewClient(b, "")
 		id := Open(b, be, time.Minute)
 		ctx := context.Background()
-		lease := []session.Lease{{Name: "bench"}}
-		req := session.AcquireRequest{ID: id, Names: []string{"bench"}}
+		lease := []driver.Lease{{Name: "bench"}}
+		req := driver.AcquireRequest{ID: id, Names: []string{"bench"}}
 		b.ResetTimer()
 		for b.Loop() {
 			rep, err := be.Acquire(ctx, req)
@@ -42,7 +43,7 @@ func RunAcquireRelease(b *testing.B, bh Bench) {
 				b.Fatalf("Acquire = %+v, %v", rep, err)
 			}
 			lease[0].Token = rep.Results[0].Token
-			if err := be.Release(ctx, session.ReleaseRequest{ID: id, Leases: lease}); err != nil {
+			if err := be.Release(ctx, driver.ReleaseRequest{ID: id, Leases: lease}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -75,7 +76,7 @@ func RunAcquireReleaseInterleaved(b *testing.B, bh Bench) {
 	upsert, del := bh.Raw(b)
 	ctx := context.Background()
 	owner := fmt.Sprintf("%032x", 1)
-	req := session.AcquireRequest{ID: id, Names: []string{"bench"}}
+	req := driver.AcquireRequest{ID: id, Names: []string{"bench"}}
 	var simba, raw []time.Duration
 	var i int64
 	for b.Loop() {
@@ -84,7 +85,7 @@ func RunAcquireReleaseInterleaved(b *testing.B, bh Bench) {
 		if err != nil || rep.Results[0].Token == 0 {
 			b.Fatalf("Acquire = %+v, %v", rep, err)
 		}
-		if err := be.Release(ctx, session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: "bench", Token: rep.Results[0].Token}}}); err != nil {
+		if err := be.Release(ctx, driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: "bench", Token: rep.Results[0].Token}}}); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()
@@ -117,10 +118,10 @@ func RunRenew(b *testing.B, bh Bench) {
 		for i := range names {
 			names[i] = fmt.Sprintf("lease-%05d", i)
 		}
-		if _, err := be.Acquire(Ctx(b), session.AcquireRequest{ID: id, Names: names}); err != nil {
+		if _, err := be.Acquire(Ctx(b), driver.AcquireRequest{ID: id, Names: names}); err != nil {
 			b.Fatal(err)
 		}
-		r, err := be.Renew(Ctx(b), session.RenewRequest{ID: id})
+		r, err := be.Renew(Ctx(b), driver.RenewRequest{ID: id})
 		if err != nil || len(r.Leases) != n {
 			b.Fatalf("Renew = %d leases, %v; want %d", len(r.Leases), err, n)
 		}
@@ -134,7 +135,7 @@ func RunRenew(b *testing.B, bh Bench) {
 				wc.Reset()
 				b.ResetTimer()
 				for b.Loop() {
-					if _, err := be.Renew(ctx, session.RenewRequest{ID: id, KnownVersion: known}); err != nil {
+					if _, err := be.Renew(ctx, driver.RenewRequest{ID: id, KnownVersion: known}); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -241,13 +242,13 @@ func RunHandover(b *testing.B, bh Bench) {
 // from a release notice where the backend broadcasts (subscribe is not
 // nil), else by polling Acquire every poll. Reports the p50 and p90 in
 // milliseconds from the release call to B's successful Acquire.
-func RunHandoverBackend(b *testing.B, bh Bench, subscribe func(be session.Backend, fn func(session.Notice)) (stop func()), poll time.Duration) {
+func RunHandoverBackend(b *testing.B, bh Bench, subscribe func(be driver.Backend, fn func(driver.Notice)) (stop func()), poll time.Duration) {
 	prefix := FreshPrefix()
 	ba, bb := bh.NewClient(b, prefix), bh.NewClient(b, prefix)
 	ida, idb := Open(b, ba, time.Minute), Open(b, bb, time.Minute)
 	notices := make(chan string, 64)
 	if subscribe != nil {
-		stop := subscribe(bb, func(n session.Notice) {
+		stop := subscribe(bb, func(n driver.Notice) {
 			select {
 			case notices <- n.Name:
 			default:
@@ -268,7 +269,7 @@ func RunHandoverBackend(b *testing.B, bh Bench, subscribe func(be session.Backen
 		}
 		b.StartTimer()
 		t0 := time.Now()
-		if err := ba.Release(ctx, session.ReleaseRequest{ID: ida, Leases: []session.Lease{{Name: "handover", Token: tok}}}); err != nil {
+		if err := ba.Release(ctx, driver.ReleaseRequest{ID: ida, Leases: []driver.Lease{{Name: "handover", Token: tok}}}); err != nil {
 			b.Fatal(err)
 		}
 		var won uint64
@@ -290,7 +291,7 @@ func RunHandoverBackend(b *testing.B, bh Bench, subscribe func(be session.Backen
 				<-time.After(wait)
 				wait = poll
 			}
-			rep, err := bb.Acquire(ctx, session.AcquireRequest{ID: idb, Names: []string{"handover"}})
+			rep, err := bb.Acquire(ctx, driver.AcquireRequest{ID: idb, Names: []string{"handover"}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -298,7 +299,7 @@ func RunHandoverBackend(b *testing.B, bh Bench, subscribe func(be session.Backen
 		}
 		took = append(took, time.Since(t0))
 		b.StopTimer()
-		if err := bb.Release(ctx, session.ReleaseRequest{ID: idb, Leases: []session.Lease{{Name: "handover", Token: won}}}); err != nil {
+		if err := bb.Release(ctx, driver.ReleaseRequest{ID: idb, Leases: []driver.Lease{{Name: "handover", Token: won}}}); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/term"
 )
 
@@ -19,12 +21,12 @@ type Engine struct {
 	// NewTracked returns a backend in a fresh namespace (prefix) on the
 	// shared server, and kill, which terminates on the server every
 	// connection the backend has open and reports how many.
-	NewTracked func(t *testing.T) (b session.Backend, prefix string, kill func(t *testing.T) int)
+	NewTracked func(t *testing.T) (b driver.Backend, prefix string, kill func(t *testing.T) int)
 	// LockSession is Harness.LockSession on the same server.
-	LockSession func(t *testing.T, prefix string, id session.ID) (unlock func())
+	LockSession func(t *testing.T, prefix string, id driver.ID) (unlock func())
 	// NewOnRestartable returns a backend in a fresh namespace on the
 	// private server that CtlEnv's script stops and starts.
-	NewOnRestartable func(t *testing.T) session.Backend
+	NewOnRestartable func(t *testing.T) driver.Backend
 	// CtlEnv names the variable holding the private server's control
 	// script ("<script> stop", "<script> start").
 	CtlEnv string
@@ -129,7 +131,7 @@ func (r *claimRec) term(t *testing.T, within time.Duration) *term.Term {
 var engineCfg = deadline.Config{LeaseDuration: 3 * time.Second, RenewInterval: time.Second}
 
 // leader opens a session on b with cfg, claims name and waits for the term.
-func leader(t *testing.T, b session.Backend, cfg deadline.Config, name string) (*session.Session, *eventLog, *claimRec, *term.Term) {
+func leader(t *testing.T, b driver.Backend, cfg deadline.Config, name string) (*session.Session, *eventLog, *claimRec, *term.Term) {
 	t.Helper()
 	ev := newEventLog()
 	s, err := session.Open(Ctx(t), b, session.WithConfig(cfg), session.WithListener(ev.listen), session.WithLogger(nil))
@@ -138,11 +140,11 @@ func leader(t *testing.T, b session.Backend, cfg deadline.Config, name string) (
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	rec := newClaimRec()
-	c, err := s.Claim(name, rec)
+	c, err := layer.MustOf(s).Claim(name, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Do(func() { c.Want(true) })
+	layer.MustOf(s).Do(func() { c.Want(true) })
 	return s, ev, rec, rec.term(t, 10*time.Second)
 }
 

@@ -7,20 +7,20 @@ import (
 	"time"
 
 	sqlbackend "github.com/simba-go/simba/backend-sql"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // Schema is one dialect's hooks for the schema-version tests.
 type Schema struct {
 	// New returns a backend in prefix; create false is
 	// WithoutSchemaCreation. It is shut down when t ends.
-	New func(t *testing.T, prefix string, create bool) (session.Backend, error)
+	New func(t *testing.T, prefix string, create bool) (driver.Backend, error)
 	// InstallFirst installs version 1, the schema of the first releases
 	// (no version recorded), as an old process would have.
 	InstallFirst func(t *testing.T, prefix string)
 	// OpenFirst opens a session through version 1's open routine, as a
 	// process still running the old code does.
-	OpenFirst func(t *testing.T, prefix string, id session.ID)
+	OpenFirst func(t *testing.T, prefix string, id driver.ID)
 	// SetVersion overwrites the recorded version, as a newer release
 	// would have written it.
 	SetVersion func(t *testing.T, prefix string, version, compatibleFrom int)
@@ -58,14 +58,14 @@ func upgradeFromFirst(t *testing.T, s Schema) {
 	prefix := FreshPrefix()
 	t.Cleanup(func() { s.Drop(t, prefix) })
 	s.InstallFirst(t, prefix)
-	oldID := session.ID(strings.Repeat("ab", 16))
+	oldID := driver.ID(strings.Repeat("ab", 16))
 	s.OpenFirst(t, prefix, oldID)
 
 	strict, err := s.New(t, prefix, false)
 	if err != nil {
 		t.Fatalf("New(WithoutSchemaCreation) must not touch the database: %v", err)
 	}
-	_, err = strict.Open(Ctx(t), session.OpenRequest{LeaseDuration: time.Minute})
+	_, err = strict.Open(Ctx(t), driver.OpenRequest{LeaseDuration: time.Minute})
 	wantVersionError(t, "Open on the first schema", err, "version 1", "version 2", s.Label+".Migration(\""+prefix+"\", 1)")
 
 	b, err := s.New(t, prefix, true)
@@ -76,14 +76,14 @@ func upgradeFromFirst(t *testing.T, s Schema) {
 	if tok == 0 {
 		t.Fatal("the old session could not acquire a free name after the migration")
 	}
-	owner := session.Owner{Identity: "new/1", Metadata: map[string]string{"addr": "h:1"}}
-	r, err := b.Open(Ctx(t), session.OpenRequest{LeaseDuration: time.Minute, Owner: owner})
+	owner := driver.Owner{Identity: "new/1", Metadata: map[string]string{"addr": "h:1"}}
+	r, err := b.Open(Ctx(t), driver.OpenRequest{LeaseDuration: time.Minute, Owner: owner})
 	if err != nil {
 		t.Fatalf("Open after the migration: %v", err)
 	}
 	Acquire(t, b, r.ID, "y")
-	s.OpenFirst(t, prefix, session.ID(strings.Repeat("cd", 16))) // old code still opens
-	hs, err := b.(session.Inspector).Inspect(Ctx(t), session.InspectRequest{})
+	s.OpenFirst(t, prefix, driver.ID(strings.Repeat("cd", 16))) // old code still opens
+	hs, err := b.(driver.Inspector).Inspect(Ctx(t), driver.InspectRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func upgradeFromFirst(t *testing.T, s Schema) {
 		t.Errorf("Inspect after the migration = %+v, want x held by the old session (no owner) and y by new/1", hs)
 	}
 	// Now the strict backend starts too (it checks again at the next call).
-	if _, err := strict.Open(Ctx(t), session.OpenRequest{LeaseDuration: time.Minute}); err != nil {
+	if _, err := strict.Open(Ctx(t), driver.OpenRequest{LeaseDuration: time.Minute}); err != nil {
 		t.Errorf("Open WithoutSchemaCreation after the migration: %v", err)
 	}
 	// Migrating again is a no-op.
@@ -112,7 +112,7 @@ func newerSchema(t *testing.T, s Schema) {
 	for _, create := range []bool{true, false} {
 		b, err := s.New(t, prefix, create)
 		if err == nil {
-			_, err = b.Open(Ctx(t), session.OpenRequest{LeaseDuration: time.Minute})
+			_, err = b.Open(Ctx(t), driver.OpenRequest{LeaseDuration: time.Minute})
 		}
 		if err != nil {
 			t.Errorf("schema 3 compatible from 2 (create %v): %v", create, err)
@@ -125,6 +125,6 @@ func newerSchema(t *testing.T, s Schema) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = b.Acquire(Ctx(t), session.AcquireRequest{ID: session.ID(strings.Repeat("ef", 16)), Names: []string{"x"}})
+	_, err = b.Acquire(Ctx(t), driver.AcquireRequest{ID: driver.ID(strings.Repeat("ef", 16)), Names: []string{"x"}})
 	wantVersionError(t, "Acquire WithoutSchemaCreation on an incompatible newer schema", err, "version 3", "version 2")
 }

@@ -18,22 +18,22 @@ import (
 
 	sqlbackend "github.com/simba-go/simba/backend-sql"
 	"github.com/simba-go/simba/deadline"
-	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // Harness is one dialect on one real server.
 type Harness struct {
 	// New returns a backend in the namespace prefix, creating its schema;
 	// the caller calls close. It must return the error of an invalid prefix.
-	New func(ctx context.Context, prefix string) (b session.Backend, close func(), err error)
+	New func(ctx context.Context, prefix string) (b driver.Backend, close func(), err error)
 	// NewCounted returns a backend in a fresh namespace whose only
 	// database connection is counted by w (schema dropped when t ends).
-	NewCounted func(t testing.TB, w *WireCounter) session.Backend
+	NewCounted func(t testing.TB, w *WireCounter) driver.Backend
 	// Drop removes the namespace's tables and routines.
 	Drop func(t testing.TB, prefix string)
 	// LockSession holds the lock of the session's row in another
 	// transaction until unlock is called.
-	LockSession func(t *testing.T, prefix string, id session.ID) (unlock func())
+	LockSession func(t *testing.T, prefix string, id driver.ID) (unlock func())
 }
 
 // FreshPrefix returns a table prefix no other test uses.
@@ -71,21 +71,21 @@ func closedAfterShutdown(t *testing.T, h Harness) {
 	t.Cleanup(func() { h.Drop(t, prefix) })
 	id := Open(t, b, 10*time.Second)
 	shutdown()
-	if _, err := b.Open(Ctx(t), session.OpenRequest{LeaseDuration: time.Second}); !errors.Is(err, session.ErrClosed) {
+	if _, err := b.Open(Ctx(t), driver.OpenRequest{LeaseDuration: time.Second}); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("Open after shutdown = %v, want ErrClosed", err)
 	}
-	if _, err := b.Renew(Ctx(t), session.RenewRequest{ID: id}); !errors.Is(err, session.ErrClosed) {
+	if _, err := b.Renew(Ctx(t), driver.RenewRequest{ID: id}); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("Renew after shutdown = %v, want ErrClosed", err)
 	}
-	if _, err := b.Acquire(Ctx(t), session.AcquireRequest{ID: id, Names: []string{"a"}}); !errors.Is(err, session.ErrClosed) {
+	if _, err := b.Acquire(Ctx(t), driver.AcquireRequest{ID: id, Names: []string{"a"}}); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("Acquire after shutdown = %v, want ErrClosed", err)
 	}
-	if err := b.Close(Ctx(t), id); !errors.Is(err, session.ErrClosed) {
+	if err := b.Close(Ctx(t), id); !errors.Is(err, driver.ErrClosed) {
 		t.Errorf("Close after shutdown = %v, want ErrClosed", err)
 	}
 }
 
-func (h Harness) backend(t *testing.T, prefix string) session.Backend {
+func (h Harness) backend(t *testing.T, prefix string) driver.Backend {
 	t.Helper()
 	if prefix == "" {
 		prefix = FreshPrefix()
@@ -102,9 +102,9 @@ func (h Harness) backend(t *testing.T, prefix string) session.Backend {
 }
 
 // Open opens a session and checks the reply.
-func Open(t testing.TB, b session.Backend, lease time.Duration) session.ID {
+func Open(t testing.TB, b driver.Backend, lease time.Duration) driver.ID {
 	t.Helper()
-	rep, err := b.Open(Ctx(t), session.OpenRequest{LeaseDuration: lease})
+	rep, err := b.Open(Ctx(t), driver.OpenRequest{LeaseDuration: lease})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -115,9 +115,9 @@ func Open(t testing.TB, b session.Backend, lease time.Duration) session.ID {
 }
 
 // Acquire acquires one name and returns its token (0: not acquired).
-func Acquire(t testing.TB, b session.Backend, id session.ID, name string) uint64 {
+func Acquire(t testing.TB, b driver.Backend, id driver.ID, name string) uint64 {
 	t.Helper()
-	rep, err := b.Acquire(Ctx(t), session.AcquireRequest{ID: id, Names: []string{name}})
+	rep, err := b.Acquire(Ctx(t), driver.AcquireRequest{ID: id, Names: []string{name}})
 	if err != nil {
 		t.Fatalf("Acquire(%s): %v", name, err)
 	}
@@ -145,7 +145,7 @@ func concurrentSchema(t *testing.T, h Harness) {
 		wg.Go(func() {
 			b, closeB, err := h.New(Ctx(t), prefix)
 			if err == nil {
-				_, err = b.Open(Ctx(t), session.OpenRequest{LeaseDuration: time.Second})
+				_, err = b.Open(Ctx(t), driver.OpenRequest{LeaseDuration: time.Second})
 				closeB()
 			}
 			errs[i] = err
@@ -163,9 +163,9 @@ func versions(t *testing.T, h Harness) {
 	b := h.backend(t, "")
 	id := Open(t, b, 10*time.Second)
 	seen := map[uint64]bool{}
-	renew := func(known uint64, wantFull bool, want []session.Lease) uint64 {
+	renew := func(known uint64, wantFull bool, want []driver.Lease) uint64 {
 		t.Helper()
-		r, err := b.Renew(Ctx(t), session.RenewRequest{ID: id, KnownVersion: known})
+		r, err := b.Renew(Ctx(t), driver.RenewRequest{ID: id, KnownVersion: known})
 		if err != nil {
 			t.Fatalf("Renew: %v", err)
 		}
@@ -177,31 +177,31 @@ func versions(t *testing.T, h Harness) {
 		}
 		return r.Version
 	}
-	v := renew(0, true, []session.Lease{})
+	v := renew(0, true, []driver.Lease{})
 	seen[v] = true
 	if renew(v, false, nil) != v {
 		t.Fatal("version changed without a change of the owned set")
 	}
 	tok := Acquire(t, b, id, "a")
-	v2 := renew(v, true, []session.Lease{{Name: "a", Token: tok}})
+	v2 := renew(v, true, []driver.Lease{{Name: "a", Token: tok}})
 	if seen[v2] {
 		t.Fatalf("version %d reused after an acquisition", v2)
 	}
 	seen[v2] = true
-	if err := b.Release(Ctx(t), session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: "a", Token: tok + 1}}}); err != nil {
+	if err := b.Release(Ctx(t), driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: "a", Token: tok + 1}}}); err != nil {
 		t.Fatal(err)
 	}
 	if renew(v2, false, nil) != v2 {
 		t.Fatal("a release with the wrong token changed the version")
 	}
-	if err := b.Release(Ctx(t), session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: "a", Token: tok}}}); err != nil {
+	if err := b.Release(Ctx(t), driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: "a", Token: tok}}}); err != nil {
 		t.Fatal(err)
 	}
-	v3 := renew(v2, true, []session.Lease{})
+	v3 := renew(v2, true, []driver.Lease{})
 	if seen[v3] {
 		t.Fatalf("version %d reused after a release", v3)
 	}
-	err := b.Release(Ctx(t), session.ReleaseRequest{ID: id, Leases: []session.Lease{{Name: "x y", Token: 1}}})
+	err := b.Release(Ctx(t), driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: "x y", Token: 1}}})
 	if !errors.Is(err, deadline.ErrInvalidName) {
 		t.Errorf("Release(invalid name) = %v, want ErrInvalidName", err)
 	}
@@ -225,23 +225,23 @@ func contended(t *testing.T, h Harness) {
 			id := Open(t, b, 10*time.Second)
 			for i := range 25 {
 				req := []string{names[(w+i)%4], names[(w+3*i+1)%4], names[(w+i+2)%4]}
-				rep, err := b.Acquire(Ctx(t), session.AcquireRequest{ID: id, Names: req})
+				rep, err := b.Acquire(Ctx(t), driver.AcquireRequest{ID: id, Names: req})
 				if err != nil {
 					errs <- err
 					return
 				}
-				var rel []session.Lease
+				var rel []driver.Lease
 				mu.Lock()
 				for _, r := range rep.Results {
 					if r.Token != 0 && !seen[r.Name][r.Token] {
 						seen[r.Name][r.Token] = true
-						rel = append(rel, session.Lease{Name: r.Name, Token: r.Token})
+						rel = append(rel, driver.Lease{Name: r.Name, Token: r.Token})
 					} else if r.Token != 0 {
 						errs <- fmt.Errorf("name %s: token %d handed out twice", r.Name, r.Token)
 					}
 				}
 				mu.Unlock()
-				if err := b.Release(Ctx(t), session.ReleaseRequest{ID: id, Leases: rel}); err != nil {
+				if err := b.Release(Ctx(t), driver.ReleaseRequest{ID: id, Leases: rel}); err != nil {
 					errs <- err
 					return
 				}
@@ -275,14 +275,14 @@ func lockWait(t *testing.T, h Harness) {
 	unlock := h.LockSession(t, prefix, id)
 	res := make(chan error, 1)
 	go func() {
-		_, err := b.Renew(Ctx(t), session.RenewRequest{ID: id})
+		_, err := b.Renew(Ctx(t), driver.RenewRequest{ID: id})
 		res <- err
 	}()
 	<-time.After(2 * lease) // database time must pass while the renewal waits
 	unlock()
 	select {
 	case err := <-res:
-		if !errors.Is(err, session.ErrExpired) {
+		if !errors.Is(err, driver.ErrExpired) {
 			t.Fatalf("Renew after waiting past expiry = %v, want ErrExpired", err)
 		}
 	case <-time.After(10 * time.Second):
@@ -300,14 +300,14 @@ func oneRoundTrip(t *testing.T, h Harness) {
 			for i := range names {
 				names[i] = fmt.Sprintf("r%d-%05d", n, i)
 			}
-			if _, err := b.Acquire(Ctx(t), session.AcquireRequest{ID: id, Names: names}); err != nil {
+			if _, err := b.Acquire(Ctx(t), driver.AcquireRequest{ID: id, Names: names}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := b.Renew(Ctx(t), session.RenewRequest{ID: id}); err != nil { // warm: statement prepared
+			if _, err := b.Renew(Ctx(t), driver.RenewRequest{ID: id}); err != nil { // warm: statement prepared
 				t.Fatal(err)
 			}
 			wc.Reset()
-			full, err := b.Renew(Ctx(t), session.RenewRequest{ID: id})
+			full, err := b.Renew(Ctx(t), driver.RenewRequest{ID: id})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -318,7 +318,7 @@ func oneRoundTrip(t *testing.T, h Harness) {
 				t.Errorf("full renewal listed %d leases, want ≥ %d", len(full.Leases), n)
 			}
 			wc.Reset()
-			short, err := b.Renew(Ctx(t), session.RenewRequest{ID: id, KnownVersion: full.Version})
+			short, err := b.Renew(Ctx(t), driver.RenewRequest{ID: id, KnownVersion: full.Version})
 			if err != nil {
 				t.Fatal(err)
 			}
