@@ -2,7 +2,7 @@
 # starts every server the tests need (scripts/services.sh) and runs every
 # module's tests with the race detector.
 
-MODULES := deadline term internal session election lock group backend-sql backend-redis backend-zk fxsimba otelsimba simbatest integration benchpeers
+MODULES := deadline term internal session election lock group backend-sql backend-redis backend-zk fxsimba otelsimba simbatest cmd/simba integration benchpeers
 GO ?= go
 TESTFLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
@@ -10,7 +10,9 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 SIM_SEEDS ?= 10000
 GROUP_SIM_SEEDS ?= 1000
 
-.PHONY: chaos docs all demo test test-unit lint fmt staticcheck bench bench-peers services services-stop services-status sim-long fuzz tidy
+MUTATE_SEEDS ?= 300
+
+.PHONY: chaos mutate mutate-subset docs all demo test test-unit lint fmt staticcheck bench bench-peers services services-stop services-status sim-long fuzz tidy
 
 all: lint test
 
@@ -25,6 +27,18 @@ test: services lint
 	@set -e; . ./.services/env; \
 	for m in $(MODULES); do echo "== $$m"; (cd $$m && $(GO) test $(TESTFLAGS) ./...); done
 	cd election && SIMBA_SIM_SEEDS=$(SIM_SEEDS) $(GO) test -count=1 -timeout 20m -run 'TestSimulation$$' .
+	$(MAKE) mutate-subset
+
+## mutate: the mutation gate: every mutation of the catalogue
+## (integration/cmd/simba-mutate/catalogue.go, docs/mutation.md) applied one at
+## a time to a copy of the workspace, the core tests and the simulation run
+## against it; fails naming every survivor. MUTATE_ONLY=a,b runs some.
+mutate:
+	cd integration && $(GO) run ./cmd/simba-mutate -seeds $(MUTATE_SEEDS) $(if $(MUTATE_ONLY),-only $(MUTATE_ONLY))
+
+## mutate-subset: the fixed subset make test runs (the full run takes longer)
+mutate-subset:
+	cd integration && $(GO) run ./cmd/simba-mutate -seeds $(MUTATE_SEEDS) -subset -baseline=false
 	cd group && SIMBA_SIM_SEEDS=$(GROUP_SIM_SEEDS) $(GO) test -count=1 -timeout 20m -run 'TestSimulation$$' .
 
 ## test-unit: the tests that need no server (core modules only)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,8 @@ type client interface {
 	redis.Scripter
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 	ZRangeByLex(ctx context.Context, key string, opt *redis.ZRangeBy) *redis.StringSliceCmd
+	Info(ctx context.Context, sections ...string) *redis.StringCmd
+	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
 }
 
 // Backend runs Simba sessions on Redis. It implements [driver.Backend]
@@ -40,6 +43,9 @@ type Backend struct {
 	mu   sync.Mutex // guards sub
 	sub  *subscription
 	next uint64 // id of the last subscriber
+
+	checkMu sync.Mutex
+	checked bool // CheckServer passed (checkOnce)
 }
 
 var (
@@ -52,6 +58,13 @@ type Option func(*options)
 
 type options struct {
 	subscribeTimeout time.Duration
+	log              *slog.Logger
+}
+
+// WithLogger sets the logger of the server check the first Open runs
+// ([Backend.CheckServer]). The default is slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.log = l }
 }
 
 // WithSubscribeTimeout bounds how long [Backend.Subscribe] waits for Redis
@@ -78,9 +91,12 @@ func New(rdb redis.UniversalClient, ns string, opts ...Option) (*Backend, error)
 	if err := checkClient(rdb); err != nil {
 		return nil, err
 	}
-	o := options{subscribeTimeout: 5 * time.Second}
+	o := options{subscribeTimeout: 5 * time.Second, log: slog.Default()}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.log == nil {
+		return nil, errors.New("redisbackend: WithLogger(nil)")
 	}
 	if o.subscribeTimeout <= 0 {
 		return nil, fmt.Errorf("redisbackend: subscribe timeout %v, want > 0", o.subscribeTimeout)
@@ -120,6 +136,9 @@ func (b *Backend) Namespace() string {
 func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	if req.LeaseDuration <= 0 {
 		return driver.OpenReply{}, fmt.Errorf("redisbackend: open: lease duration %v, want > 0", req.LeaseDuration)
+	}
+	if err := b.checkOnce(ctx); err != nil {
+		return driver.OpenReply{}, fmt.Errorf("redisbackend: open: %w", err)
 	}
 	ms := (req.LeaseDuration + time.Millisecond - 1) / time.Millisecond
 	var raw [16]byte

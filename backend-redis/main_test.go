@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -88,7 +90,10 @@ func namespace(t testing.TB) string {
 
 func newBackend(t testing.TB, c redis.UniversalClient, ns string) *redisbackend.Backend {
 	t.Helper()
-	b, err := redisbackend.New(c, ns)
+	// The test servers run without persistence on purpose: quiet the
+	// server check's warnings (check_test.go checks them).
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	b, err := redisbackend.New(c, ns, redisbackend.WithLogger(quiet))
 	if err != nil {
 		t.Fatalf("New(%q) = %v", ns, err)
 	}

@@ -52,12 +52,13 @@ func TestDigestACL(t *testing.T) {
 		{"no credentials", nil},
 		{"wrong password", []zkbackend.Option{zkbackend.WithDigestAuth("simba", "wrong")}},
 	} {
+		// Refused at Open, as a permanent error (it used to pass Open and
+		// fail every later call with a raw "not authenticated").
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBackend(t, srv, root, tc.opts...)
-			sb := open(t, b, 4*time.Second)
-			_, err := b.Acquire(ctxT(t, 5*time.Second), driver.AcquireRequest{ID: sb.ID, Names: []string{"y"}})
-			if !errors.Is(err, zk.ErrNoAuth) {
-				t.Fatalf("Acquire without the right credentials = %v, want ErrNoAuth", err)
+			_, err := b.Open(ctxT(t, 5*time.Second), driver.OpenRequest{LeaseDuration: 4 * time.Second})
+			if !errors.Is(err, zkbackend.ErrNotAuthorized) || !errors.Is(err, zk.ErrNoAuth) {
+				t.Fatalf("Open without the right credentials = %v, want ErrNotAuthorized wrapping ErrNoAuth", err)
 			}
 		})
 	}
@@ -93,4 +94,23 @@ func TestExternalDeleteLeavesOwnedSet(t *testing.T) {
 		r := renew(t, a, sa.ID)
 		return r.Version != r1.Version && equalLeases(r.Leases, []driver.Lease{{Name: "y", Token: res[1].Token}})
 	})
+}
+
+// Two applications with their own credentials put their roots under one
+// parent: the parent the first created is open to the second. (It used to
+// carry the first application's digest ACL, so the second could not
+// create its root.)
+func TestParentsOpenToOtherApplications(t *testing.T) {
+	srv, parent := standalone(t), newRoot(t)
+	a := newBackend(t, srv, parent+"/app-a", zkbackend.WithDigestAuth("app-a", "pw-a"))
+	open(t, a, 4*time.Second)
+	b := newBackend(t, srv, parent+"/app-b", zkbackend.WithDigestAuth("app-b", "pw-b"))
+	sb := open(t, b, 4*time.Second)
+	if tok := acquire(t, b, sb.ID, "x")[0].Token; tok == 0 {
+		t.Fatal("the second application could not acquire in its own root")
+	}
+	raw := rawConn(t, srv)
+	if _, _, err := raw.GetACL(parent + "/app-a"); !errors.Is(err, zk.ErrNoAuth) {
+		t.Fatalf("unauthenticated GetACL of app-a's root = %v, want ErrNoAuth: roots keep their digest ACL", err)
+	}
 }

@@ -54,9 +54,7 @@ type Backend struct {
 	sessions map[driver.ID]*zsession
 	closed   bool
 
-	subMu sync.RWMutex
-	subs  map[int]func(driver.Notice)
-	subN  int
+	notices notifier // delivers notices off go-zookeeper's receive loop
 
 	wg sync.WaitGroup // goroutines the backend started
 
@@ -104,7 +102,6 @@ func New(servers []string, root string, opts ...Option) (*Backend, error) {
 		cfg:      cfg,
 		sessions: make(map[driver.ID]*zsession),
 		highest:  make(map[string]uint64),
-		subs:     make(map[int]func(driver.Notice)),
 	}, nil
 }
 
@@ -321,8 +318,16 @@ func (b *Backend) Shutdown(ctx context.Context) error {
 	for _, s := range all {
 		errs = append(errs, s.close(ctx))
 	}
+	// A subscriber still inside its function is waited for, within ctx.
+	loopDone := b.notices.shutdown()
 	done := make(chan struct{})
-	go func() { b.wg.Wait(); close(done) }()
+	go func() {
+		b.wg.Wait()
+		if loopDone != nil {
+			<-loopDone
+		}
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -334,34 +339,24 @@ func (b *Backend) Shutdown(ctx context.Context) error {
 // Subscribe delivers a [driver.Notice] whenever a watched lease node is
 // deleted (released, or its owner's session expired at the server), and an
 // empty notice when a session reconnects. Watches are armed by failed
-// acquisitions, on the session that tried.
+// acquisitions, on the session that tried. Notices are queued and fn runs
+// on a goroutine of the backend's own, never on go-zookeeper's receive
+// loop: a slow fn delays other notices, never a renewal's reply, and fn may
+// stop any subscription, its own included.
 func (b *Backend) Subscribe(fn func(driver.Notice)) (stop func(), err error) {
 	if fn == nil {
 		return nil, fmt.Errorf("%w: Subscribe(nil)", ErrInvalidOption)
 	}
-	b.subMu.Lock()
-	id := b.subN
-	b.subN++
-	b.subs[id] = fn
-	b.subMu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			// Taking the write lock waits for any delivery in progress.
-			b.subMu.Lock()
-			delete(b.subs, id)
-			b.subMu.Unlock()
-		})
-	}, nil
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("zkbackend: subscribe: %w", driver.ErrClosed)
+	}
+	return b.notices.subscribe(fn), nil
 }
 
-func (b *Backend) notify(n driver.Notice) {
-	b.subMu.RLock()
-	defer b.subMu.RUnlock()
-	for _, fn := range b.subs {
-		fn(n)
-	}
-}
+func (b *Backend) notify(n driver.Notice) { b.notices.post(n) }
 
 // goTracked runs f on a goroutine that Shutdown waits for, unless the
 // backend is shut down (then it reports false and does not run f). The

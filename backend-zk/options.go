@@ -14,6 +14,12 @@ import (
 // option or argument.
 var ErrInvalidOption = errors.New("zkbackend: invalid option")
 
+// ErrNotAuthorized is wrapped by the error of a call whose credentials the
+// namespace's ACL refuses (no [WithDigestAuth], or a wrong password): a
+// permanent error, which [Backend.Open] reports at once rather than a
+// later renewal. It also wraps go-zookeeper's zk.ErrNoAuth.
+var ErrNotAuthorized = errors.New("zkbackend: credentials refused by the namespace's ACL")
+
 // An Option configures a [Backend] in [New].
 type Option func(*config) error
 
@@ -26,9 +32,12 @@ type config struct {
 
 // WithDigestAuth authenticates every session with ZooKeeper's digest scheme
 // (user:password) and, unless [WithACL] says otherwise, protects the
-// namespace nodes and lease nodes with a digest ACL granting all
+// namespace root and lease nodes with a digest ACL granting all
 // permissions to that user only, so that no other client can delete or
-// forge a lease.
+// forge a lease. Missing parents of the root are created open to all
+// (world:anyone), so other applications can put their roots beside it.
+// Open fails with an error wrapping [ErrNotAuthorized] if the credentials
+// cannot read an existing root.
 func WithDigestAuth(user, password string) Option {
 	return func(c *config) error {
 		if user == "" || strings.Contains(user, ":") {

@@ -105,6 +105,16 @@ func (b *Backend) dialSession(ctx context.Context, lease time.Duration, owner dr
 		s.closeAsync()
 		return nil, err
 	}
+	// Credentials that cannot read the root would fail every renewal with
+	// "not authenticated", which looks transient: say it now, for good.
+	if _, err := call(ctx, b, func() (struct{}, error) {
+		_, _, err := conn.Get(b.root)
+		return struct{}{}, err
+	}); err != nil {
+		err = s.classify(err) // before closing: a closed session classifies as closed
+		s.closeAsync()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -262,10 +272,17 @@ func (s *zsession) classify(err error) error {
 		return fmt.Errorf("%w (%w)", driver.ErrExpired, err)
 	case s.closed.Load():
 		return fmt.Errorf("%w (%w)", driver.ErrClosed, err)
+	case errors.Is(err, zk.ErrNoAuth):
+		return fmt.Errorf("%w on %s (%w)", ErrNotAuthorized, s.b.root, err)
 	}
 	return err
 }
 
+// ensureRoot creates the namespace root and its missing parents. Only the
+// root gets the backend's ACL; parents get world:anyone with every
+// permission, so that another application (with other credentials) can
+// create its own root beside this one: a parent holds only namespaces,
+// and ZooKeeper deletes only empty nodes.
 func (s *zsession) ensureRoot(ctx context.Context) error {
 	conn, acl := s.conn.Load(), s.b.cfg.acl
 	_, err := call(ctx, s.b, func() (struct{}, error) {
@@ -273,6 +290,10 @@ func (s *zsession) ensureRoot(ctx context.Context) error {
 			return struct{}{}, err
 		}
 		for _, p := range parents(s.b.root) {
+			acl := acl
+			if p != s.b.root {
+				acl = zk.WorldACL(zk.PermAll)
+			}
 			if _, err := conn.Create(p, nil, 0, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 				return struct{}{}, fmt.Errorf("create namespace node %s: %w", p, err)
 			}

@@ -59,6 +59,7 @@ func run(w io.Writer, args []string) error {
 	hrounds := fs.Int("handover-rounds", 12, "shuffled rounds of handovers (one per case and lead time each)")
 	only := fs.String("cases", "", "run only the cases whose name contains this (and raw)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	memprofile := fs.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed of the shuffles")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -73,6 +74,15 @@ func run(w io.Writer, args []string) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memprofile != "" {
+		runtime.MemProfileRate = 1
+		defer func() {
+			if f, err := os.Create(*memprofile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				_ = f.Close()
+			}
+		}()
 	}
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(*seed, 0))

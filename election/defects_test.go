@@ -11,6 +11,8 @@ import (
 
 	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
+	"github.com/simba-go/simba/session/memory"
 	"github.com/simba-go/simba/term"
 )
 
@@ -171,6 +173,39 @@ func TestCloseWaitsForItsCallbacksWhileAnotherGoroutineDelivers(t *testing.T) {
 		<-closed
 		if !revokedAtClose.Load() {
 			t.Fatal("Close returned before B's OnRevoked ran")
+		}
+	})
+}
+
+// slowRelease delays every Release before the backend acts on it.
+type slowRelease struct {
+	*memory.Backend
+}
+
+func (s slowRelease) Release(ctx context.Context, req driver.ReleaseRequest) error {
+	<-time.After(2 * time.Second)
+	return s.Backend.Release(ctx, req)
+}
+
+// OnRevoked of a voluntary handover comes after the backend answered the
+// release, so a listener that hands the resource on sees the lease gone.
+// (Found by the mutation gate: TestVoluntaryHandoverOrder's release is
+// answered at once.)
+func TestOnRevokedAfterTheReleaseIsAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBackend(t)
+		var heldAtRevoke atomic.Bool
+		e := start(t, open(t, slowRelease{b}), "jobs", election.WithListener(election.Funcs{
+			Revoked: func(*term.Term, term.RevokeReason) {
+				_, _, ok := b.Owner("jobs")
+				heldAtRevoke.Store(ok)
+			},
+		}))
+		if err := e.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if heldAtRevoke.Load() {
+			t.Fatal("OnRevoked ran while the backend still held the lease: before the release was answered")
 		}
 	})
 }

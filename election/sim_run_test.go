@@ -35,7 +35,7 @@ func TestSimulation(t *testing.T) {
 	}
 	events := 0
 	for seed := first; seed < first+uint64(n); seed++ {
-		r := runSim(variedSim(seed), seed)
+		r := runSimT(t, variedSim(seed), seed)
 		events += r.events
 		if len(r.violations) > 0 || len(r.leaderless) > 0 {
 			if os.Getenv("SIMBA_SIM_TRACE") != "" {
@@ -50,7 +50,7 @@ func TestSimulation(t *testing.T) {
 // TestSimulationIsReproducible: one seed, one run, exactly.
 func TestSimulationIsReproducible(t *testing.T) {
 	for _, seed := range []uint64{7, 8, 9} {
-		a, b := runSim(variedSim(seed), seed), runSim(variedSim(seed), seed)
+		a, b := runSimT(t, variedSim(seed), seed), runSimT(t, variedSim(seed), seed)
 		if a.hash != b.hash || a.events != b.events {
 			t.Fatalf("seed %d ran twice differently: %d events (hash %x) vs %d (hash %x)", seed, a.events, a.hash, b.events, b.hash)
 		}
@@ -68,7 +68,7 @@ func TestSimulationCatchesDriftBeyondTheBound(t *testing.T) {
 	cfg.rateDev = 0.3 // clocks up to 30% slow, with drift configured at 1%
 	cfg.dataLoss = false
 	for seed := uint64(1); seed <= 300; seed++ {
-		r := runSim(cfg, seed)
+		r := runSimT(t, cfg, seed)
 		if len(r.violations) > 0 {
 			t.Logf("seed %d: %v", seed, r.violations[0])
 			return

@@ -7,6 +7,9 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/simba-go/simba/deadline"
@@ -39,6 +42,11 @@ type simConfig struct {
 	// (5/12 like ZooKeeper: the shortened-grant path); 0 means all of it.
 	grantNum, grantDen int
 	lease              time.Duration // 0: the default 15s
+	// lies: the backend (through each node's client) drops leases from
+	// renewal replies (TAKEN_OVER), fails calls, grants impossible or zero
+	// remaining times and mangles acquisition replies; executors refuse
+	// callbacks; sessions are closed mid-flight.
+	lies bool
 }
 
 // variedSim derives a run's shape from its seed: 2–5 nodes, 1–3 names,
@@ -56,6 +64,7 @@ func variedSim(seed uint64) simConfig {
 		c.drift = 0.1
 		c.rateDev = 0.1
 	}
+	c.lies = r.IntN(3) != 0
 	return c
 }
 
@@ -112,7 +121,36 @@ type sim struct {
 	maxToken   map[string]uint64
 	sessionIDs map[session.ID]bool
 	tasks      []*simTask
-	epoch      uint64 // how many times the backend lost its data
+	epoch      uint64     // how many times the backend lost its data
+	terms      []*simTerm // every term ever made, in order
+	live       []*simTerm // the terms that may still be (or wrongly become) valid
+	byTerm     map[*term.Term]*simTerm
+	closing    []simClose
+	// fence orders a Close goroutine's work before the simulation goes on:
+	// every entry point it may reach ends with an Add, and closeNode Loads
+	// it after synctest.Wait (which the race detector does not see as a
+	// synchronisation).
+	fence     atomic.Int64
+	takenOver map[string]bool // "node/name#token" of leases a renewal reply left out
+}
+
+// simTerm is one term ever made, as the checker follows it.
+type simTerm struct {
+	n         *simNode
+	name      string
+	t         *term.Term
+	madeAt    int64
+	invalidAt int64 // true time it was first seen invalid; 0 while valid
+	revokedAt int64 // true time it was first seen revoked; 0 while not
+	elected   int   // OnElected deliveries
+	revoked   int   // OnRevoked deliveries
+}
+
+// simClose is a Session.Close under way on its own goroutine.
+type simClose struct {
+	n    *simNode
+	done chan struct{}
+	err  *error // read after done
 }
 
 // preLoss reports whether token was handed out before the backend last
@@ -126,10 +164,17 @@ type simNode struct {
 	rate        float64 // node clock rate relative to true (backend) time
 	pausedUntil int64
 	crashed     bool
+	closed      bool // Session.Close was called: the node is out
+	direct      bool // its elections use the Direct executor
 	s           *session.Session
 	elections   map[string]*Election
+	oneTerm     map[string]bool // names it takes one term at a time (a lock), restarting after each
 	cbs         map[string][]simCallback
+	cooldown    map[*Election]int64 // true time before which the election must not win
 }
+
+// out reports whether the node no longer takes part (crashed or closed).
+func (n *simNode) out() bool { return n.crashed || n.closed }
 
 type simCallback struct {
 	elected bool
@@ -159,6 +204,8 @@ func newSim(cfg simConfig, seed uint64) *sim {
 		faulty:     cfg.faults,
 		maxToken:   make(map[string]uint64),
 		sessionIDs: make(map[session.ID]bool),
+		byTerm:     make(map[*term.Term]*simTerm),
+		takenOver:  make(map[string]bool),
 		timing:     deadline.Config{Drift: cfg.drift, LeaseDuration: cfg.lease}.WithDefaults(),
 	}
 	ids := 0
@@ -182,7 +229,10 @@ func newSim(cfg simConfig, seed uint64) *sim {
 
 type backendClock struct{ w *sim }
 
-func (c backendClock) Now() time.Time { return c.w.base.Add(time.Duration(c.w.now)) }
+func (c backendClock) Now() time.Time {
+	defer c.w.fence.Add(1)
+	return c.w.base.Add(time.Duration(c.w.now))
+}
 
 // schedule queues fn at true time at, on node (nil: not paused with any node).
 func (w *sim) schedule(at int64, node *simNode, label string, fn func()) *simEvent {
@@ -246,14 +296,17 @@ func (w *sim) run(end time.Duration) {
 type nodeEnv struct{ n *simNode }
 
 func (e nodeEnv) Now() time.Time {
+	defer e.n.w.fence.Add(1)
 	return e.n.w.base.Add(time.Duration(float64(e.n.w.now) * e.n.rate))
 }
 
 func (e nodeEnv) AfterFunc(d time.Duration, f func()) func() bool {
+	defer e.n.w.fence.Add(1)
 	w := e.n.w
 	at := w.now + int64(float64(d)/e.n.rate) + 1
 	ev := w.schedule(at, e.n, "timer", f)
 	return func() bool {
+		defer w.fence.Add(1)
 		if ev.dead || w.now > ev.at || (w.now == ev.at && !inQueue(w, ev)) {
 			return false
 		}
@@ -272,6 +325,7 @@ func inQueue(w *sim, ev *simEvent) bool {
 }
 
 func (e nodeEnv) Go(f func()) {
+	defer e.n.w.fence.Add(1)
 	e.n.w.schedule(e.n.w.now, e.n, "go", f)
 }
 
@@ -279,6 +333,7 @@ func (e nodeEnv) Go(f func()) {
 // faults lose replies (delivered after a minute: the engine has long given
 // up) and duplicate requests (the backend runs the call twice).
 func (e nodeEnv) Call(op, reply func()) {
+	defer e.n.w.fence.Add(1)
 	w := e.n.w
 	up := w.delay(20)
 	if w.faulty && w.rng.IntN(20) == 0 {
@@ -301,26 +356,149 @@ func (e nodeEnv) Call(op, reply func()) {
 	})
 }
 
-func (e nodeEnv) Jitter() float64 { return e.n.w.rng.Float64() }
+func (e nodeEnv) Jitter() float64 {
+	defer e.n.w.fence.Add(1)
+	return e.n.w.rng.Float64()
+}
 
-// simExecutor runs callbacks a little later on the node's own "goroutine".
+// simExecutor runs callbacks a little later on the node's own "goroutine";
+// with lies, it sometimes refuses one (a saturated pool).
 type simExecutor struct{ n *simNode }
 
 func (x simExecutor) Execute(f func()) error {
+	defer x.n.w.fence.Add(1)
 	w := x.n.w
+	if w.faulty && w.cfg.lies && w.rng.IntN(25) == 0 {
+		w.note("n%d: executor refuses a callback", x.n.id)
+		return errRefusedBySim
+	}
 	w.schedule(w.now+w.delay(5), x.n, "callback", f)
 	return nil
 }
 
-// simBackend delays release notices on their way to a node.
+var errRefusedBySim = fmt.Errorf("simulated: pool saturated")
+
+// simBackend delays release notices on their way to a node and, with
+// lies, fails calls and answers them wrongly.
 type simBackend struct {
 	*memory.Backend
 	n *simNode
 }
 
+var errBackendDown = fmt.Errorf("simulated: backend unavailable")
+
+// fail reports whether to fail this call (with lies, sometimes).
+func (b simBackend) fail() bool {
+	w := b.n.w
+	return w.faulty && w.cfg.lies && w.rng.IntN(40) == 0
+}
+
+// lie returns an impossible or zero remaining time.
+func (b simBackend) lie() time.Duration {
+	switch b.n.w.rng.IntN(4) {
+	case 0:
+		return -time.Second
+	case 1:
+		return 0
+	case 2:
+		return time.Duration(1<<62) + time.Duration(b.n.w.rng.IntN(1000))
+	default:
+		return b.n.w.timing.LeaseDuration + time.Millisecond
+	}
+}
+
+func (b simBackend) lying() bool {
+	w := b.n.w
+	return w.faulty && w.cfg.lies && w.rng.IntN(30) == 0
+}
+
+func (b simBackend) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
+	defer b.n.w.fence.Add(1)
+	if b.fail() {
+		return driver.OpenReply{}, errBackendDown
+	}
+	r, err := b.Backend.Open(ctx, req)
+	if err == nil && b.lying() {
+		r.Remaining = b.lie()
+		b.n.w.note("n%d: backend lies: Open grants %v", b.n.id, r.Remaining)
+	}
+	return r, err
+}
+
+func (b simBackend) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
+	defer b.n.w.fence.Add(1)
+	if b.fail() {
+		return driver.RenewReply{}, errBackendDown
+	}
+	r, err := b.Backend.Renew(ctx, req)
+	if err != nil || !b.lying() {
+		return r, err
+	}
+	w := b.n.w
+	if len(r.Leases) > 0 && w.rng.IntN(2) == 0 {
+		// Leave a lease out, as when another session took it over.
+		i := w.rng.IntN(len(r.Leases))
+		w.note("n%d: backend lies: renewal leaves out %s#%d", b.n.id, r.Leases[i].Name, r.Leases[i].Token)
+		w.takenOver[fmt.Sprintf("%d/%s#%d", b.n.id, r.Leases[i].Name, r.Leases[i].Token)] = true
+		r.Leases = append(append([]driver.Lease(nil), r.Leases[:i]...), r.Leases[i+1:]...)
+		r.Version += 1 << 40
+		r.Full = true
+		return r, nil
+	}
+	r.Remaining = b.lie()
+	w.note("n%d: backend lies: Renew grants %v", b.n.id, r.Remaining)
+	return r, nil
+}
+
+func (b simBackend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
+	defer b.n.w.fence.Add(1)
+	if b.fail() {
+		return driver.AcquireReply{}, errBackendDown
+	}
+	r, err := b.Backend.Acquire(ctx, req)
+	if err != nil || len(r.Results) == 0 || !b.lying() {
+		if err == nil && b.fail() {
+			return driver.AcquireReply{}, errBackendDown // it did acquire: the reply is lost
+		}
+		return r, err
+	}
+	w := b.n.w
+	switch w.rng.IntN(3) {
+	case 0:
+		w.note("n%d: backend lies: Acquire leaves out %s", b.n.id, r.Results[0].Name)
+		r.Results = r.Results[1:]
+	case 1:
+		w.note("n%d: backend lies: Acquire answers %s twice", b.n.id, r.Results[0].Name)
+		r.Results = append(r.Results, r.Results[0])
+	default:
+		w.note("n%d: backend lies: Acquire answers for a name not asked", b.n.id)
+		r.Results[0].Name = "foreign"
+	}
+	return r, nil
+}
+
+func (b simBackend) Release(ctx context.Context, req driver.ReleaseRequest) error {
+	defer b.n.w.fence.Add(1)
+	w := b.n.w
+	for _, l := range req.Leases {
+		// Revoke happens before the release is sent: every term of this
+		// lease on this node has ended by the time the backend sees it.
+		for _, st := range w.terms {
+			if st.n == b.n && st.name == l.Name && st.t.Token() == l.Token && st.t.Reason() == 0 {
+				w.violate("node %d released %s#%d while its term was not revoked", b.n.id, l.Name, l.Token)
+			}
+		}
+	}
+	if b.fail() {
+		return errBackendDown
+	}
+	return b.Backend.Release(ctx, req)
+}
+
 func (b simBackend) Subscribe(fn func(driver.Notice)) (func(), error) {
 	w := b.n.w
 	return b.Backend.Subscribe(func(no driver.Notice) {
+		defer w.fence.Add(1)
 		if w.faulty && w.rng.IntN(10) == 0 {
 			return // a lost notice: the next candidate tick covers it
 		}
@@ -330,7 +508,14 @@ func (b simBackend) Subscribe(fn func(driver.Notice)) (func(), error) {
 
 func (w *sim) addNode() *simNode {
 	w.nextID++
-	n := &simNode{w: w, id: w.nextID, elections: make(map[string]*Election), cbs: make(map[string][]simCallback)}
+	n := &simNode{w: w, id: w.nextID, elections: make(map[string]*Election), cbs: make(map[string][]simCallback),
+		oneTerm: make(map[string]bool), cooldown: make(map[*Election]int64)}
+	if w.cfg.lies {
+		n.direct = w.rng.IntN(3) == 0
+		for _, name := range w.cfg.names {
+			n.oneTerm[name] = w.rng.IntN(4) == 0
+		}
+	}
 	dev := w.cfg.rateDev
 	n.rate = 1 - dev + w.rng.Float64()*2*dev
 	if w.rng.IntN(3) == 0 {
@@ -347,17 +532,41 @@ func (w *sim) addNode() *simNode {
 		n.start(name)
 	}
 	w.nodes = append(w.nodes, n)
+	var again func()
+	again = func() {
+		w.restartSingleTerms(n)
+		if !n.out() && w.now < int64(w.cfg.duration+w.cfg.quiet) {
+			w.schedule(w.now+int64(2*time.Second), n, "restart single terms", again)
+		}
+	}
+	w.schedule(w.now+int64(2*time.Second), n, "restart single terms", again)
 	return n
 }
 
 func (n *simNode) start(name string) {
 	w := n.w
-	e, err := Start(n.s, name, WithExecutor(simExecutor{n}),
+	var exec Executor = simExecutor{n}
+	if n.direct {
+		exec = Direct{}
+	}
+	var e *Election
+	opts := []Option{WithExecutor(exec),
 		RunWhileLeader(func(context.Context, *term.Term) error { return nil }),
+		OnWon(func(t *term.Term) { w.termMade(n, name, e, t) }),
+		OnRefused(func(error) {
+			// The election steps down for one lease duration (a single-term
+			// one stops): no win before that.
+			n.cooldown[e] = w.now + int64(float64(w.timing.LeaseDuration)/n.rate)
+		}),
 		WithListener(Funcs{
 			Elected: func(t *term.Term) { w.callback(n, name, simCallback{elected: true, t: t}) },
 			Revoked: func(t *term.Term, r term.RevokeReason) { w.callback(n, name, simCallback{t: t, reason: r}) },
-		}))
+		})}
+	if n.oneTerm[name] {
+		opts = append(opts, SingleTerm("lock"))
+	}
+	var err error
+	e, err = Start(n.s, name, opts...)
 	if err != nil {
 		w.violate("node %d: start %s: %v", n.id, name, err)
 		return
@@ -377,7 +586,7 @@ func (w *sim) act() {
 	}
 	live := make([]*simNode, 0, len(w.nodes))
 	for _, n := range w.nodes {
-		if !n.crashed && n.pausedUntil <= w.now { // a paused process does nothing
+		if !n.out() && n.pausedUntil <= w.now { // a paused process does nothing
 			live = append(live, n)
 		}
 	}
@@ -389,9 +598,11 @@ func (w *sim) act() {
 	switch k := w.rng.IntN(100); {
 	case k < 30: // step down
 		if e := n.elections[name]; e != nil {
-			w.note("n%d %s: step down", n.id, name)
+			cd := time.Duration(w.rng.IntN(10_000)) * time.Millisecond
+			w.note("n%d %s: step down for %v", n.id, name, cd)
 			w.beginHandover(n, name)
-			e.stepDown(time.Duration(w.rng.IntN(10_000)) * time.Millisecond)
+			n.cooldown[e] = w.now + int64(float64(cd)/n.rate)
+			e.stepDown(cd)
 		}
 	case k < 45: // stop, and start again later
 		if e := n.elections[name]; e != nil {
@@ -403,7 +614,7 @@ func (w *sim) act() {
 			restart = func() {
 				select {
 				case <-done:
-					if !n.crashed && n.elections[name] == nil {
+					if !n.out() && n.elections[name] == nil {
 						n.start(name)
 					}
 				default:
@@ -423,6 +634,50 @@ func (w *sim) act() {
 		w.backend.LoseData(true)
 		w.epoch++
 		w.note("backend lost its data")
+	case k < 79 && w.cfg.lies: // Session.Close mid-flight; a new node replaces it
+		w.note("n%d: Session.Close", n.id)
+		w.closeNode(n)
+		w.schedule(w.now+w.delay(20_000), nil, "replace", func() { w.addNode() })
+	}
+}
+
+// closeNode calls Session.Close on its own goroutine: it blocks until the
+// node's callbacks and calls are over, which takes simulated events to
+// happen. synctest.Wait returns once it is blocked (or done), so the run
+// stays sequential and reproducible.
+func (w *sim) closeNode(n *simNode) {
+	n.closed = true
+	done := make(chan struct{})
+	var err error
+	go func() {
+		defer close(done)
+		err = n.s.Close()
+	}()
+	synctest.Wait()
+	w.fence.Load()
+	w.closing = append(w.closing, simClose{n: n, done: done, err: &err})
+}
+
+// restartSingleTerms starts again, after a while, the single-term
+// elections whose term ended (a lock taken again).
+func (w *sim) restartSingleTerms(n *simNode) {
+	if n.out() {
+		return
+	}
+	for name, e := range n.elections {
+		if !n.oneTerm[name] {
+			continue
+		}
+		st := Candidate
+		e.eng.Do(func() {
+			if e.stopping == nil && e.hand == nil { // over, and its handover done
+				st = e.status
+			}
+		})
+		if st == Stopped {
+			delete(n.elections, name)
+			n.start(name)
+		}
 	}
 }
 
@@ -476,26 +731,67 @@ func (w *sim) violate(format string, args ...any) {
 	}
 }
 
-// check verifies mutual exclusion: at no true instant do two nodes hold a
-// valid term for the same name. Validity changes only at events (a term
-// begins) or as clocks run (it ends), so checking after every event covers
-// every instant. A backend that loses its data (a Redis restart without
-// persistence) breaks exclusion by design (docs/design.md §5): terms whose
-// lease was granted before the loss are left out; their lower fencing
-// tokens are the guard.
+// termMade records a new term (the engine's lock is held: it only reads
+// the term) and checks what must hold when a term begins: its token
+// exceeds every earlier token of the name on any node (across TAKEN_OVER,
+// session expiry and data loss), and its election is not cooling down.
+func (w *sim) termMade(n *simNode, name string, e *Election, t *term.Term) {
+	defer w.fence.Add(1)
+	st := &simTerm{n: n, name: name, t: t, madeAt: w.now}
+	w.terms = append(w.terms, st)
+	w.live = append(w.live, st)
+	w.byTerm[t] = st
+	if !w.preLoss(t.Token()) {
+		if t.Token() <= w.maxToken[name] {
+			w.violate("token for %s went from %d to %d (node %d)", name, w.maxToken[name], t.Token(), n.id)
+		}
+		w.maxToken[name] = max(w.maxToken[name], t.Token())
+	}
+	if until := n.cooldown[e]; w.now < until {
+		w.violate("node %d %s: won %s during a cooldown (%v left)", n.id, name, t, time.Duration(until-w.now))
+	}
+}
+
+// check verifies, over every term ever made (not only the claims' current
+// ones: a term detached from its claim may still be valid), that at no
+// true instant are two terms of one name valid on two nodes, and that a
+// term once invalid never becomes valid again. Validity changes only at
+// events (a term begins) or as clocks run (it ends), so checking after
+// every event covers every instant. A backend that loses its data (a Redis
+// restart without persistence) breaks exclusion by design (docs/design.md
+// §5): terms whose lease was granted before the loss are left out; their
+// lower fencing tokens are the guard. A term leaves the watch list once it
+// was revoked and a whole lease has passed since (no deadline reaches
+// further).
 func (w *sim) check() {
+	keep := w.live[:0]
+	retire := int64(float64(w.timing.LeaseDuration)*2) + int64(time.Second)
+	for _, st := range w.live {
+		if st.n.crashed {
+			continue // a crashed process acts no more
+		}
+		valid := st.t.Valid()
+		switch {
+		case valid && st.invalidAt != 0:
+			w.violate("node %d: term %s valid again after it was invalid at %v", st.n.id, st.t, time.Duration(st.invalidAt))
+		case !valid && st.invalidAt == 0:
+			st.invalidAt = w.now
+		}
+		if st.revokedAt == 0 && st.t.Reason() != 0 {
+			st.revokedAt = w.now
+		}
+		if st.revokedAt != 0 && w.now-st.revokedAt > retire {
+			continue
+		}
+		keep = append(keep, st)
+	}
+	clear(w.live[len(keep):])
+	w.live = keep
 	for _, name := range w.cfg.names {
 		var holders []string
-		for _, n := range w.nodes {
-			if n.crashed {
-				continue
-			}
-			t := n.heldTerm(name)
-			if t == nil {
-				continue
-			}
-			if t.Valid() && !w.preLoss(t.Token()) {
-				holders = append(holders, fmt.Sprintf("n%d:%s", n.id, t))
+		for _, st := range w.live {
+			if st.name == name && st.invalidAt == 0 && !st.n.crashed && !w.preLoss(st.t.Token()) {
+				holders = append(holders, fmt.Sprintf("n%d:%s", st.n.id, st.t))
 			}
 		}
 		if len(holders) > 1 {
@@ -514,6 +810,7 @@ func (n *simNode) heldTerm(name string) *term.Term {
 
 // sessionEvent checks tokens and session ids as terms and sessions begin.
 func (w *sim) sessionEvent(n *simNode, e session.Event) {
+	defer w.fence.Add(1)
 	switch e.Kind {
 	case session.TermRevoked:
 		w.note("n%d: term %s#%d revoked %s", n.id, e.Name, e.Token, e.Reason.String())
@@ -521,13 +818,6 @@ func (w *sim) sessionEvent(n *simNode, e session.Event) {
 		w.note("n%d: %v %s", n.id, e.Kind, e.Session)
 	case session.TermElected:
 		w.note("n%d: term %s#%d begins", n.id, e.Name, e.Token)
-		if w.preLoss(e.Token) {
-			break // granted before a data loss, arriving late: fenced off by lower tokens
-		}
-		if e.Token <= w.maxToken[e.Name] {
-			w.violate("token for %s went from %d to %d (node %d)", e.Name, w.maxToken[e.Name], e.Token, n.id)
-		}
-		w.maxToken[e.Name] = max(w.maxToken[e.Name], e.Token)
 	case session.SessionOpened:
 		if w.sessionIDs[e.Session] {
 			w.violate("session %s opened again (node %d): revived or reused", e.Session, n.id)
@@ -539,10 +829,27 @@ func (w *sim) sessionEvent(n *simNode, e session.Event) {
 
 // callback checks pairing and the handover order as callbacks run.
 func (w *sim) callback(n *simNode, name string, cb simCallback) {
+	defer w.fence.Add(1)
 	if cb.elected {
 		w.note("n%d: OnElected(%s)", n.id, cb.t)
 	} else {
 		w.note("n%d: OnRevoked(%s, %s)", n.id, cb.t, cb.reason.String())
+	}
+	if st := w.byTerm[cb.t]; st == nil {
+		w.violate("node %d %s: callback for %s, a term the engine never made", n.id, name, cb.t)
+	} else if cb.elected {
+		st.elected++
+		if st.elected > 1 {
+			w.violate("node %d %s: OnElected(%s) twice", n.id, name, cb.t)
+		}
+	} else {
+		st.revoked++
+		if st.revoked > 1 {
+			w.violate("node %d %s: OnRevoked(%s) twice", n.id, name, cb.t)
+		}
+		if cb.t.Reason() == 0 {
+			w.violate("node %d %s: OnRevoked(%s) for a term not revoked", n.id, name, cb.t)
+		}
 	}
 	cbs := n.cbs[name]
 	if cb.elected {
@@ -556,8 +863,9 @@ func (w *sim) callback(n *simNode, name string, cb simCallback) {
 			if t.name != name || t.exited || t.stopWait == 0 || t.t == cb.t || t.node.crashed {
 				continue
 			}
-			if w.now >= t.boundAt || t.node.s.ID() != t.sessionAtStop || t.node.s.Remaining() <= 0 || w.preLoss(t.t.Token()) {
-				continue
+			if w.now >= t.boundAt || t.node.s.ID() != t.sessionAtStop || t.node.s.Remaining() <= 0 || w.preLoss(t.t.Token()) ||
+				w.takenOver[fmt.Sprintf("%d/%s#%d", t.node.id, t.name, t.t.Token())] {
+				continue // the bound ran out, or the lease was lost involuntarily: nothing to wait for
 			}
 			w.violate("node %d %s: OnElected(%s) before the task of %s on node %d returned (voluntary handover)", n.id, name, cb.t, t.t, t.node.id)
 		}
@@ -600,7 +908,7 @@ func runSim(cfg simConfig, seed uint64) simResult {
 		for _, name := range cfg.names {
 			leaders := 0
 			for _, n := range w.nodes {
-				if !n.crashed {
+				if !n.out() {
 					if t := n.heldTerm(name); t != nil && t.Valid() {
 						leaders++
 					}
@@ -614,7 +922,7 @@ func runSim(cfg simConfig, seed uint64) simResult {
 	// Stop everything; every OnElected must then have its OnRevoked.
 	var stops []<-chan struct{}
 	for _, n := range w.nodes {
-		if n.crashed {
+		if n.out() {
 			continue
 		}
 		for _, name := range cfg.names {
@@ -631,6 +939,39 @@ func runSim(cfg simConfig, seed uint64) simResult {
 			w.violate("a Stop did not complete within two minutes")
 		}
 	}
+	// Close every session; each Close must complete, and then every term
+	// ever made (but a crashed node's) has been revoked, and every term
+	// whose OnElected ran has had exactly one OnRevoked (a term whose
+	// OnElected the executor refused has neither).
+	for _, n := range w.nodes {
+		if !n.out() {
+			w.closeNode(n)
+		}
+	}
+	w.run(cfg.duration + cfg.quiet + 4*time.Minute)
+	synctest.Wait() // a Close that could return has returned
+	w.fence.Load()
+	for _, c := range w.closing {
+		select {
+		case <-c.done:
+			if err := *c.err; err != nil {
+				w.violate("node %d: Close = %v", c.n.id, err)
+			}
+		default:
+			w.violate("node %d: Session.Close did not complete", c.n.id)
+		}
+	}
+	for _, st := range w.terms {
+		if st.n.crashed {
+			continue
+		}
+		if st.t.Reason() == 0 {
+			w.violate("node %d: term %s never revoked", st.n.id, st.t)
+		}
+		if st.elected != st.revoked {
+			w.violate("node %d: term %s had %d OnElected and %d OnRevoked", st.n.id, st.t, st.elected, st.revoked)
+		}
+	}
 	for _, n := range w.nodes {
 		if n.crashed {
 			continue
@@ -642,4 +983,13 @@ func runSim(cfg simConfig, seed uint64) simResult {
 		}
 	}
 	return simResult{violations: w.violations, trace: w.trace.String(), hash: w.hash, events: w.events, leaderless: leaderless}
+}
+
+// runSimT runs one seed in a synctest bubble: Session.Close runs on its own
+// goroutine (it blocks until simulated events have happened), and
+// synctest.Wait tells when it is blocked, keeping the run sequential.
+func runSimT(t *testing.T, cfg simConfig, seed uint64) simResult {
+	var r simResult
+	synctest.Test(t, func(*testing.T) { r = runSim(cfg, seed) })
+	return r
 }

@@ -78,7 +78,7 @@ type Group struct {
 // valid lease name, holds ':', or is longer than MaxNameLen, or a partition
 // count outside 1 to MaxPartitions; with ErrNoInspector if the backend
 // cannot list lease holders; with session.ErrAlreadyStarted if the session
-// already joined the group, and with session.ErrClosed after Close.
+// is already a member of the group (under any member ID), and with session.ErrClosed after Close.
 func Join(s *session.Session, name string, partitions int, opts ...Option) (*Group, error) {
 	if err := validate(name, partitions); err != nil {
 		return nil, err
@@ -106,6 +106,14 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 	}
 	if !s.CanInspect() {
 		return nil, fmt.Errorf("simba: join group %q: %w", name, ErrNoInspector)
+	}
+	// A session is at most one member of a group: two would compete with
+	// each other for the same partition claims (the claim of a name is one
+	// per session), every tick. Member records are the only "group" kind.
+	for _, e := range s.Snapshot().Entries {
+		if e.Kind == "group" && strings.HasPrefix(e.Name, name+":m:") {
+			return nil, fmt.Errorf("simba: join group %q: the session is already a member (%s): %w", name, e.Name, session.ErrAlreadyStarted)
+		}
 	}
 	g := &Group{
 		s:        s,

@@ -325,6 +325,9 @@ func TestJoinValidates(t *testing.T) {
 	if _, err := group.Join(s, "twice", 3, group.WithMemberID("x")); !errors.Is(err, session.ErrAlreadyStarted) {
 		t.Fatalf("second Join = %v, want ErrAlreadyStarted", err)
 	}
+	if _, err := group.Join(s, "twice", 3); !errors.Is(err, session.ErrAlreadyStarted) {
+		t.Fatalf("second Join under another member ID = %v, want ErrAlreadyStarted", err)
+	}
 }
 
 // noInspect hides the memory backend's Inspector.

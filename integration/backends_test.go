@@ -34,33 +34,33 @@ var timing = deadline.Config{LeaseDuration: 2 * time.Second, RenewInterval: 600 
 // namespace, each cleaned up with the test.
 var backends = []struct {
 	name  string
-	start func(t *testing.T) (newClient func() session.Backend)
+	start func(t testing.TB) (newClient func() session.Backend)
 }{
-	{"memory", func(t *testing.T) func() session.Backend {
+	{"memory", func(t testing.TB) func() session.Backend {
 		root := simbatest.Memory(t)
 		return func() session.Backend { return root.NewClient() }
 	}},
-	{"postgres", func(t *testing.T) func() session.Backend {
+	{"postgres", func(t testing.TB) func() session.Backend {
 		s := simbatest.Postgres(t)
 		return func() session.Backend { return s.NewBackend(t) }
 	}},
-	{"mysql", func(t *testing.T) func() session.Backend {
+	{"mysql", func(t testing.TB) func() session.Backend {
 		s := simbatest.MySQL(t)
 		return func() session.Backend { return s.NewBackend(t) }
 	}},
-	{"redis", func(t *testing.T) func() session.Backend {
+	{"redis", func(t testing.TB) func() session.Backend {
 		s := simbatest.Redis(t)
 		return func() session.Backend { return s.NewBackend(t) }
 	}},
-	{"redis-cluster", func(t *testing.T) func() session.Backend {
+	{"redis-cluster", func(t testing.TB) func() session.Backend {
 		s := simbatest.Redis(t, simbatest.WithCluster())
 		return func() session.Backend { return s.NewBackend(t) }
 	}},
-	{"zookeeper", func(t *testing.T) func() session.Backend {
+	{"zookeeper", func(t testing.TB) func() session.Backend {
 		s := simbatest.ZooKeeper(t)
 		return func() session.Backend { return s.NewBackend(t) }
 	}},
-	{"zookeeper-ensemble", func(t *testing.T) func() session.Backend {
+	{"zookeeper-ensemble", func(t testing.TB) func() session.Backend {
 		s := simbatest.ZooKeeper(t, simbatest.WithCluster())
 		return func() session.Backend { return s.NewBackend(t) }
 	}},

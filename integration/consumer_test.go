@@ -41,7 +41,7 @@ func TestConsumerOutsideWorkspace(t *testing.T) {
 	snapshot(t, root, repo)
 	version := releasedVersion(t, repo)
 
-	run(t, repo, nil, "scripts/release.sh", version)
+	run(t, repo, isolatedGit(), "scripts/release.sh", version)
 
 	// The consumer's environment: Simba's modules only through git (GOPRIVATE:
 	// no proxy, no checksum database), from the throwaway repository.
@@ -176,16 +176,20 @@ func snapshot(t *testing.T, root, dst string) {
 		}
 		copyFile(t, src, filepath.Join(dst, rel), fi.Mode().Perm())
 	}
-	gitEnv := []string{"GIT_AUTHOR_NAME=simba test", "GIT_AUTHOR_EMAIL=test@simba.invalid", "GIT_COMMITTER_NAME=simba test", "GIT_COMMITTER_EMAIL=test@simba.invalid", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null"}
+	gitEnv := isolatedGit()
 	run(t, dst, gitEnv, "git", "init", "-q")
 	run(t, dst, gitEnv, "git", "add", "-A")
 	run(t, dst, gitEnv, "git", "commit", "-q", "-m", "snapshot of the checkout under test")
-	// release.sh commits and tags: give it the same identity.
-	for _, kv := range gitEnv[:4] {
-		k, v, _ := strings.Cut(kv, "=")
-		run(t, dst, gitEnv, "git", "config", map[string]string{
-			"GIT_AUTHOR_NAME": "user.name", "GIT_AUTHOR_EMAIL": "user.email",
-			"GIT_COMMITTER_NAME": "user.name", "GIT_COMMITTER_EMAIL": "user.email"}[k], v)
+}
+
+// isolatedGit is the environment of the test's own git commands: an identity
+// for commits and tags, and none of the developer's configuration (signing
+// commits or tags would stop the release).
+func isolatedGit() []string {
+	return []string{
+		"GIT_AUTHOR_NAME=simba test", "GIT_AUTHOR_EMAIL=test@simba.invalid",
+		"GIT_COMMITTER_NAME=simba test", "GIT_COMMITTER_EMAIL=test@simba.invalid",
+		"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=" + os.DevNull,
 	}
 }
 

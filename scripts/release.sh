@@ -22,7 +22,8 @@ die() { echo "release: $*" >&2; exit 1; }
 
 # set_version: the version of the (single) module set in versions.yaml.
 set_version() { awk '/^  [a-z]+:$/{s=1} s && /^    version:/{print $2; exit}' "$VERSIONS"; }
-# listed SECTION: the module paths listed under modules: or excluded-modules:.
+# released, excluded: the module paths listed under module-sets.*.modules
+# and under excluded-modules.
 released() { awk '/^    modules:/{on=1; next} /^[^ ]/{on=0} on && /^      - /{print $2}' "$VERSIONS"; }
 excluded() { awk '/^excluded-modules:/{on=1; next} /^[^ #]/{on=0} on && /^  - /{print $2}' "$VERSIONS"; }
 # workspace: the module directories of go.work.

@@ -259,3 +259,27 @@ func TestIDIsEmptyAfterClose(t *testing.T) {
 }
 
 var _ = term.Stopped
+
+// A reply to an abandoned attempt is released even while the claim still
+// wants the lease: only the current attempt's reply makes a term. (Found
+// by the mutation gate: the tests let the claim stop wanting first, and
+// the other rules - released tokens, rising tokens - then hid it.)
+func TestLateReplyIsReleasedEvenWhileStillWanted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.New()
+		slow := &slowAcquire{Backend: b, delay: 6 * time.Second}
+		s := openDecorated(t, slow)
+		r := &recorder{}
+		c, _ := layer.MustOf(s).Claim("jobs", r)
+		layer.MustOf(s).Do(func() { c.Want(true) })
+		advance(30 * time.Second) // every attempt times out; its reply comes later
+		if n := len(r.terms()); n != 0 {
+			t.Fatalf("%d terms made from replies that came after their attempt timed out", n)
+		}
+		layer.MustOf(s).Do(func() { c.Want(false) })
+		advance(10 * time.Second)
+		if id, tok, ok := b.Owner("jobs"); ok {
+			t.Fatalf("a lease won by a late reply was not released: owned by %s under %d", id, tok)
+		}
+	})
+}

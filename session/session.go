@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/simba-go/simba/deadline"
@@ -328,6 +329,13 @@ func (s *Session) emit(e Event) {
 	if !logs && len(s.listeners) == 0 {
 		return
 	}
+	s.publish(e, logs)
+}
+
+// publish fills in e and defers its delivery. Apart from emit so that e
+// is moved to the heap (the deferred closure keeps it) only when someone
+// will see it. Lock held.
+func (s *Session) publish(e Event, logs bool) {
 	e.Time = s.env.Now()
 	e.State = s.state
 	if e.Session == "" && s.inc != nil {
@@ -455,28 +463,53 @@ type markerKey struct{}
 func (s *Session) after(t *timer, d time.Duration, f func()) {
 	s.stopTimer(t)
 	t.gen++
-	gen := t.gen
+	a := &armed{s: s, t: t, gen: t.gen, f: f}
 	s.wg.Add(1)
-	var once sync.Once
-	done := func() { once.Do(s.wg.Done) }
-	stop := s.env.AfterFunc(d, func() {
-		defer done()
-		s.mu.Lock()
-		if t.gen != gen || t.stop == nil || s.state == Closed {
-			s.mu.Unlock()
-			return
-		}
-		t.stop = nil
-		f()
+	a.stop = s.env.AfterFunc(d, a.fire)
+	t.stop = a.cancel
+}
+
+// armed is one arming of an engine timer: one allocation for what a
+// backend call's timeout and every timer need, on the hot path of every
+// call.
+type armed struct {
+	s    *Session
+	t    *timer
+	gen  uint64
+	f    func()
+	stop func() bool // the Env's
+	done atomic.Bool // wg.Done called
+}
+
+// fire runs f with the lock held, unless the timer was stopped or re-armed
+// meanwhile, or the session closed.
+func (a *armed) fire() {
+	defer a.release()
+	s := a.s
+	s.mu.Lock()
+	if a.t.gen != a.gen || a.t.stop == nil || s.state == Closed {
 		s.mu.Unlock()
-		s.drain()
-	})
-	t.stop = func() bool {
-		if stop() {
-			done()
-			return true
-		}
-		return false
+		return
+	}
+	a.t.stop = nil
+	a.f()
+	s.mu.Unlock()
+	s.drain()
+}
+
+// cancel stops the Env's timer; if that prevented fire, Close need not
+// wait for it.
+func (a *armed) cancel() bool {
+	if a.stop() {
+		a.release()
+		return true
+	}
+	return false
+}
+
+func (a *armed) release() {
+	if a.done.CompareAndSwap(false, true) {
+		a.s.wg.Done()
 	}
 }
 
@@ -500,29 +533,50 @@ func (s *Session) call(op func(ctx context.Context), reply func(timedOut bool), 
 // callIn is call with ctx derived from parent instead of the session's
 // root context. Lock held.
 func (s *Session) callIn(parent context.Context, op func(ctx context.Context), reply func(timedOut bool), late func()) {
-	ctx, cancel := context.WithCancel(parent)
-	var t timer
-	finished := false
-	s.after(&t, s.renewEvery, func() {
-		if !finished {
-			finished = true
-			cancel()
-			reply(true)
-		}
-	})
+	c := &inflight{s: s, op: op, reply: reply, late: late}
+	c.ctx, c.cancel = context.WithCancel(parent)
+	s.after(&c.t, s.renewEvery, c.timeout)
 	s.wg.Add(1)
-	s.env.Call(func() { op(ctx) }, func() {
-		defer s.wg.Done()
-		s.mu.Lock()
-		if !finished {
-			finished = true
-			s.stopTimer(&t)
-			cancel()
-			reply(false)
-		} else if late != nil && s.state != Closed {
-			late()
-		}
-		s.mu.Unlock()
-		s.drain()
-	})
+	s.env.Call(c.run, c.replied)
+}
+
+// inflight is one backend call: its context, its timeout and what to do
+// with its reply, in one allocation.
+type inflight struct {
+	s        *Session
+	ctx      context.Context
+	cancel   context.CancelFunc
+	t        timer
+	finished bool // reply ran (lock held)
+	op       func(ctx context.Context)
+	reply    func(timedOut bool)
+	late     func()
+}
+
+func (c *inflight) run() { c.op(c.ctx) }
+
+// timeout runs with the lock held when the call's timer fires first.
+func (c *inflight) timeout() {
+	if !c.finished {
+		c.finished = true
+		c.cancel()
+		c.reply(true)
+	}
+}
+
+// replied runs once op has returned.
+func (c *inflight) replied() {
+	s := c.s
+	defer s.wg.Done()
+	s.mu.Lock()
+	if !c.finished {
+		c.finished = true
+		s.stopTimer(&c.t)
+		c.cancel()
+		c.reply(false)
+	} else if c.late != nil && s.state != Closed {
+		c.late()
+	}
+	s.mu.Unlock()
+	s.drain()
 }

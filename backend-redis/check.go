@@ -1,0 +1,103 @@
+package redisbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ErrServerUnsupported is wrapped by the error of the first [Backend.Open]
+// (and of [Backend.CheckServer]) on a Redis older than 5.0, whose scripts
+// cannot call TIME before a write: tokens and expiry need it.
+var ErrServerUnsupported = errors.New("redisbackend: unsupported redis server")
+
+// minMajor is the oldest Redis major version the scripts run on.
+const minMajor = 5
+
+// CheckServer reads the server's version and configuration, as the first
+// Open does, and returns what an operator should fix: an eviction policy
+// other than noeviction (an evicted session or lease key is data loss) and
+// no persistence (a restart loses every lease). A server older than 5.0 is
+// an error wrapping [ErrServerUnsupported]. Settings the server refuses to
+// show (CONFIG disabled, as on some managed services) are reported as
+// warnings to check by hand.
+func (b *Backend) CheckServer(ctx context.Context) (warnings []string, err error) {
+	info, err := b.rdb.Info(ctx, "server", "persistence").Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisbackend: check server: %w", err)
+	}
+	fields := parseInfo(info)
+	if err := checkVersion(fields["redis_version"]); err != nil {
+		return nil, err
+	}
+	if p, err := b.config(ctx, "maxmemory-policy"); err != nil {
+		warnings = append(warnings, fmt.Sprintf("cannot read maxmemory-policy (%v): make sure it is noeviction", err))
+	} else if p != "noeviction" {
+		warnings = append(warnings, fmt.Sprintf("maxmemory-policy is %s: under memory pressure Redis may evict session and lease keys, which is data loss; set noeviction", p))
+	}
+	save, err := b.config(ctx, "save")
+	switch {
+	case err != nil:
+		warnings = append(warnings, fmt.Sprintf("cannot read the save setting (%v): make sure Redis persists its data", err))
+	case fields["aof_enabled"] != "1" && strings.TrimSpace(save) == "":
+		warnings = append(warnings, "no persistence (appendonly no, save \"\"): a restart loses every session and lease, as a FLUSHALL would")
+	}
+	return warnings, nil
+}
+
+func (b *Backend) config(ctx context.Context, name string) (string, error) {
+	m, err := b.rdb.ConfigGet(ctx, name).Result()
+	if err != nil {
+		return "", err
+	}
+	v, ok := m[name]
+	if !ok {
+		return "", fmt.Errorf("CONFIG GET %s answered %v", name, m)
+	}
+	return v, nil
+}
+
+// parseInfo reads the "key:value" lines of an INFO reply.
+func parseInfo(info string) map[string]string {
+	out := map[string]string{}
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && !strings.HasPrefix(k, "#") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// checkVersion accepts "major.minor.patch" with major >= 5.
+func checkVersion(v string) error {
+	majorText, _, _ := strings.Cut(v, ".")
+	major, err := strconv.Atoi(majorText)
+	switch {
+	case err != nil || major <= 0:
+		return fmt.Errorf("%w: cannot read the version from INFO (redis_version %q)", ErrServerUnsupported, v)
+	case major < minMajor:
+		return fmt.Errorf("%w: Redis %s is older than %d.0, whose scripts may call TIME before writing", ErrServerUnsupported, v, minMajor)
+	}
+	return nil
+}
+
+// checkOnce runs CheckServer before the backend's first session, logging
+// its warnings; until it succeeds, every Open tries again.
+func (b *Backend) checkOnce(ctx context.Context) error {
+	b.checkMu.Lock()
+	defer b.checkMu.Unlock()
+	if b.checked {
+		return nil
+	}
+	warnings, err := b.CheckServer(ctx)
+	if err != nil {
+		return err
+	}
+	for _, w := range warnings {
+		b.opts.log.Warn("redisbackend: "+w, "namespace", b.ns)
+	}
+	b.checked = true
+	return nil
+}

@@ -1,0 +1,76 @@
+package redisbackend_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	redisbackend "github.com/simba-go/simba/backend-redis"
+	"github.com/simba-go/simba/session/driver"
+)
+
+// logged is a slog handler that keeps messages.
+type logged struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *logged) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logged) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, r.Level.String()+" "+r.Message)
+	return nil
+}
+func (l *logged) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logged) WithGroup(string) slog.Handler      { return l }
+
+// The first Open warns, once, about an evicting policy and a server
+// without persistence, on a private server configured so; a server that
+// persists and never evicts gets no warning.
+func TestServerCheckWarns(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"evicting, no persistence", []string{"--maxmemory-policy", "allkeys-lru"}, []string{
+			"WARN redisbackend: maxmemory-policy is allkeys-lru",
+			"WARN redisbackend: no persistence",
+		}},
+		{"noeviction, AOF", []string{"--maxmemory-policy", "noeviction"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := startServer(t, tc.args...)
+			c := dial(t, redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true}), "private server")
+			if tc.want == nil { // startServer turns persistence off: turn AOF on
+				if err := c.ConfigSet(ctxT(t), "appendonly", "yes").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var log logged
+			b, err := redisbackend.New(c, "check", redisbackend.WithLogger(slog.New(&log)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if _, err := b.Open(ctxT(t), driver.OpenRequest{LeaseDuration: time.Second}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(log.msgs) != len(tc.want) {
+				t.Fatalf("logged %q, want %d warnings: %q", log.msgs, len(tc.want), tc.want)
+			}
+			for i, w := range tc.want {
+				if !strings.HasPrefix(log.msgs[i], w) {
+					t.Errorf("warning %d = %q, want it to start with %q", i, log.msgs[i], w)
+				}
+			}
+		})
+	}
+}
