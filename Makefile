@@ -78,7 +78,7 @@ DURATION ?= 1h
 DATALOSS ?= 1
 chaos: services
 	@set -e; . ./.services/env; cd integration && SIMBA_FAULT_DURATION=$(DURATION) SIMBA_FAULT_DATALOSS=$(DATALOSS) \
-		SIMBA_CHAOS_REPORT=$(CURDIR)/docs/reliability.md $(GO) test -count=1 -timeout 0 -run 'TestFaults$$' -v .
+		SIMBA_CHAOS_REPORT=$(CURDIR)/docs/reliability.md $(GO) test -count=1 -timeout 0 -parallel 6 -run 'TestFaults$$' -v .
 
 ## sim-long: the seeded simulation with many more seeds
 sim-long:
