@@ -12,7 +12,7 @@ GROUP_SIM_SEEDS ?= 1000
 
 MUTATE_SEEDS ?= 300
 
-.PHONY: mutate mutate-subset docs all demo test test-unit lint fmt staticcheck bench bench-peers services services-stop services-status sim-long fuzz tidy
+.PHONY: chaos mutate mutate-subset docs all demo test test-unit lint fmt staticcheck bench bench-peers services services-stop services-status sim-long fuzz tidy
 
 all: lint test
 
@@ -70,6 +70,15 @@ bench-peers: services
 	(cd benchpeers && $(GO) run . $(BENCH_PEERS_FLAGS)) > $$out; cat $$out; \
 	{ echo "# Peer benchmark: the last run of make bench-peers"; echo; cat $$out; } > docs/bench/peers_run.md; rm -f $$out
 	@./scripts/gather-docs.sh
+
+## chaos: the real-process fault tests run long: DURATION per backend (all
+## backends in parallel), Redis data-loss faults on unless DATALOSS=0;
+## results in docs/reliability.md
+DURATION ?= 1h
+DATALOSS ?= 1
+chaos: services
+	@set -e; . ./.services/env; cd integration && SIMBA_FAULT_DURATION=$(DURATION) SIMBA_FAULT_DATALOSS=$(DATALOSS) \
+		SIMBA_CHAOS_REPORT=$(CURDIR)/docs/reliability.md $(GO) test -count=1 -timeout 0 -run 'TestFaults$$' -v .
 
 ## sim-long: the seeded simulation with many more seeds
 sim-long:

@@ -12,6 +12,7 @@ import (
 	redisbackend "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/term"
 )
 
@@ -89,5 +90,32 @@ func ExampleFencedSet() {
 	err := redisbackend.FencedSet(t.Context(), rdb, "{orders}:fence", "{orders}:latest", t.Token(), "order-42", 0)
 	if errors.Is(err, redisbackend.ErrFenced) {
 		fmt.Println("a later leader has written; stop")
+	}
+}
+
+// Who holds the leases of a namespace, without campaigning, and whether
+// the server is set up safely. Needs a Redis server, so it is compiled but
+// not run; the conformance kit and TestServerCheckWarns run the same calls.
+func ExampleBackend_Inspect() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	b, err := redisbackend.New(rdb, "billing")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	warnings, err := b.CheckServer(ctx)
+	if err != nil {
+		log.Fatal(err) // Redis older than 5.0
+	}
+	for _, w := range warnings {
+		fmt.Println("warning:", w)
+	}
+	holders, err := b.Inspect(ctx, driver.InspectRequest{Prefix: "invoice-"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, h := range holders {
+		fmt.Println(h.Name, "held by", h.Owner.Identity, "token", h.Token, "for", h.Remaining)
 	}
 }

@@ -21,7 +21,9 @@ import (
 	"github.com/simba-go/simba/term"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { removeWorkerBuild() }))
+}
 
 // timing keeps failover short on real servers: lease 2s, renewal every
 // 600ms.

@@ -3,6 +3,12 @@ module github.com/simba-go/simba/integration
 go 1.25.0
 
 require (
+	github.com/go-sql-driver/mysql v1.10.1
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/redis/go-redis/v9 v9.22.0
+	github.com/simba-go/simba/backend-redis v0.1.0
+	github.com/simba-go/simba/backend-sql v0.1.0
+	github.com/simba-go/simba/backend-zk v0.1.0
 	github.com/simba-go/simba/deadline v0.1.0
 	github.com/simba-go/simba/election v0.1.0
 	github.com/simba-go/simba/group v0.1.0
@@ -11,6 +17,7 @@ require (
 	github.com/simba-go/simba/simbatest v0.1.0
 	github.com/simba-go/simba/term v0.1.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/sys v0.47.0
 )
 
 require (
@@ -33,12 +40,10 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-ole/go-ole v1.3.0 // indirect
-	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/go-zookeeper/zk v1.0.4 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.18.6 // indirect
 	github.com/lufia/plan9stats v0.0.0-20260330125221-c963978e514e // indirect
@@ -55,12 +60,8 @@ require (
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
-	github.com/redis/go-redis/v9 v9.22.0 // indirect
 	github.com/shirou/gopsutil/v4 v4.26.6 // indirect
-	github.com/simba-go/simba/backend-redis v0.1.0 // indirect
-	github.com/simba-go/simba/backend-sql v0.1.0 // indirect
-	github.com/simba-go/simba/backend-zk v0.1.0 // indirect
-	github.com/simba-go/simba/internal v0.1.0
+	github.com/simba-go/simba/internal v0.1.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
 	github.com/testcontainers/testcontainers-go v0.44.0 // indirect
@@ -78,7 +79,6 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.54.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
 

@@ -20,7 +20,9 @@ import (
 )
 
 // Label marks every container simbatest starts, for a sweep after a killed
-// run: docker ps -aq --filter label=org.simba-go.simbatest=1.
+// run: docker ps -aq --filter label=org.simba-go.simbatest=1; the label
+// Label+".pid" names the test process, so a sweep can spare the
+// containers of a run still going.
 const Label = "org.simba-go.simbatest"
 
 // ImageEnv names the variable that, when set, makes every container run
@@ -226,7 +228,7 @@ func run(t testing.TB, c config, s spec, addr string, ready func(context.Context
 		Cmd:        s.cmd,
 		Env:        s.env,
 		Entrypoint: s.entry,
-		Labels:     map[string]string{Label: "1"},
+		Labels:     map[string]string{Label: "1", Label + ".pid": strconv.Itoa(os.Getpid())},
 		HostConfigModifier: func(hc *container.HostConfig) {
 			hc.NetworkMode = "host"
 		},

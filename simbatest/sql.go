@@ -49,12 +49,17 @@ func (s *PostgresServer) open(t testing.TB) (*pgxpool.Pool, *pgsimba.Backend) {
 }
 
 // postgresDebian initialises a cluster on first start (the container keeps
-// it across Stop/Start) and runs the server in the foreground.
+// it across Stop/Start) and runs the server in the foreground as PID 1
+// (setpriv execs, so docker's stop signal reaches postgres itself). A
+// killed server leaves postmaster.pid behind, naming a PID that another
+// process of the restarted container may hold: the container runs one
+// postgres only, so the file is removed before starting.
 const postgresDebian = `set -e
 bin=$(ls -d /usr/lib/postgresql/*/bin | tail -1)
 mkdir -p /var/run/postgresql /tmp/pg && chown postgres /var/run/postgresql /tmp/pg
-if [ ! -f /tmp/pg/PG_VERSION ]; then runuser -u postgres -- "$bin/initdb" -D /tmp/pg -A trust -U postgres >/dev/null; fi
-exec runuser -u postgres -- "$bin/postgres" -D /tmp/pg -p "$1" -k /tmp -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300`
+if [ ! -f /tmp/pg/PG_VERSION ]; then setpriv --reuid=postgres --regid=postgres --init-groups "$bin/initdb" -D /tmp/pg -A trust -U postgres >/dev/null; fi
+rm -f /tmp/pg/postmaster.pid
+exec setpriv --reuid=postgres --regid=postgres --init-groups "$bin/postgres" -D /tmp/pg -p "$1" -k /tmp -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300`
 
 // Postgres starts PostgreSQL (official image postgres:16, or
 // SIMBA_TEST_IMAGE) and returns it ready, with a pool and a backend.

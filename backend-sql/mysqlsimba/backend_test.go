@@ -82,3 +82,16 @@ func TestSchemaFromMigration(t *testing.T) {
 		t.Fatal("no token after the migration")
 	}
 }
+
+// A namespace installed by an earlier release is upgraded by the first New
+// without WithoutSchemaCreation; teams that run migrations themselves run
+// these statements, in order, instead.
+func ExampleMigration() {
+	stmts, err := mysqlsimba.Migration("myapp", 1) // from schema version 1
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(len(stmts), strings.HasPrefix(stmts[0], "ALTER TABLE myapp_sessions"))
+	// Output: 4 true
+}

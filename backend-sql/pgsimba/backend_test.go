@@ -3,6 +3,7 @@ package pgsimba_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,4 +96,17 @@ func TestSchemaFromMigration(t *testing.T) {
 	if tok := sqltest.Acquire(t, b, sqltest.Open(t, b, time.Second), "m"); tok == 0 {
 		t.Fatal("no token after the migration")
 	}
+}
+
+// A namespace installed by an earlier release is upgraded by the first New
+// without WithoutSchemaCreation; teams that run migrations themselves run
+// this script instead.
+func ExampleMigration() {
+	script, err := pgsimba.Migration("myapp", 1) // from schema version 1
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(strings.Contains(script, "myapp_open_v2"), strings.Contains(script, "myapp_schema"))
+	// Output: true true
 }

@@ -54,8 +54,19 @@ docker_start() {
   setenv DOCKER_HOST "unix://$DOCKER_SOCK"
   setenv SIMBA_TEST_IMAGE "$SIMBA_IMAGE"
   setenv TESTCONTAINERS_RYUK_DISABLED true
-  # Containers a killed test run left behind (simbatest labels them).
-  docker_cli ps -aq --filter label=org.simba-go.simbatest=1 | xargs -r docker_cli rm -f >/dev/null 2>&1 || true
+  docker_sweep
+}
+
+# docker_sweep removes the containers a killed test run left behind:
+# simbatest labels each with the test process's PID; a container whose
+# process is gone is removed (one of a running test, maybe another
+# worktree's, is left alone).
+docker_sweep() {
+  local id pid
+  docker_cli ps -a --filter label=org.simba-go.simbatest=1 --format '{{.ID}} {{.Label "org.simba-go.simbatest.pid"}}' |
+    while read -r id pid; do
+      if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then docker_cli rm -f "$id" >/dev/null 2>&1 || true; fi
+    done
 }
 
 # docker_image: builds $SIMBA_IMAGE unless the engine already has it.
@@ -95,7 +106,7 @@ docker_image() {
 
 docker_stop() {
   docker_running || return 0
-  docker_cli ps -aq --filter label=org.simba-go.simbatest=1 | xargs -r docker_cli rm -f >/dev/null 2>&1 || true
+  docker_cli ps -aq --filter label=org.simba-go.simbatest=1 | xargs -r docker -H "unix://$DOCKER_SOCK" rm -f >/dev/null 2>&1 || true
   local pid
   pid=$(cat "$DOCKER_STATE/dockerd.pid" 2>/dev/null) || return 0
   kill "$pid" 2>/dev/null || true

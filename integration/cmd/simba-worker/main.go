@@ -1,0 +1,198 @@
+// Command simba-worker is one process of the real-process fault tests
+// (integration/faults_test.go): it contends for one election on a real
+// backend and logs, as JSON lines on CLOCK_MONOTONIC (faultcheck.Event),
+// its elections, revocations and every act it makes as leader. The
+// controller pauses, kills and restarts it, and faultcheck checks the logs.
+//
+// -misbehave makes it break the rules on purpose, to show the checker
+// catches it: "late" keeps acting for two leases after its term was
+// revoked, "overclaim" logs ten times the validity its term has.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	redisbackend "github.com/simba-go/simba/backend-redis"
+	"github.com/simba-go/simba/backend-sql/mysqlsimba"
+	"github.com/simba-go/simba/backend-sql/pgsimba"
+	zkbackend "github.com/simba-go/simba/backend-zk"
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/election"
+	"github.com/simba-go/simba/integration/faultcheck"
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/term"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "simba-worker:", err)
+		os.Exit(1)
+	}
+}
+
+// logger writes events, one write per line, so a killed process leaves at
+// most one torn line.
+type logger struct {
+	mu  sync.Mutex
+	f   *os.File
+	who string
+	run int
+}
+
+func (l *logger) log(e faultcheck.Event) {
+	e.Worker, e.Run = l.who, l.run
+	b, _ := json.Marshal(e)
+	l.mu.Lock()
+	_, _ = l.f.Write(append(b, '\n'))
+	l.mu.Unlock()
+}
+
+func run() error {
+	var (
+		kind      = flag.String("backend", "", "redis, redis-cluster, postgres, mysql, zookeeper")
+		addr      = flag.String("addr", "", "server address(es), comma-separated; a URL or DSN for SQL")
+		ns        = flag.String("ns", "chaos", "namespace")
+		who       = flag.String("id", "", "worker id")
+		runN      = flag.Int("run", 0, "process run (restart count)")
+		out       = flag.String("log", "", "event log file")
+		lease     = flag.Duration("lease", 2*time.Second, "lease")
+		renew     = flag.Duration("renew", 600*time.Millisecond, "renew interval")
+		every     = flag.Duration("every", 50*time.Millisecond, "act interval")
+		misbehave = flag.String("misbehave", "", `"late" or "overclaim": break the rules on purpose`)
+	)
+	flag.Parse()
+	f, err := os.OpenFile(*out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	lg := &logger{f: f, who: *who, run: *runN}
+	lg.log(faultcheck.Event{Kind: faultcheck.Start, T: faultcheck.Now()})
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	b, closeB, err := open(ctx, *kind, *addr, *ns)
+	if err != nil {
+		return err
+	}
+	defer closeB()
+	s, err := session.Open(ctx, b,
+		session.WithConfig(deadline.Config{LeaseDuration: *lease, RenewInterval: *renew}),
+		session.WithIdentity(*who, nil),
+		session.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	if err != nil {
+		return err
+	}
+	act := func(tm *term.Term) {
+		t0 := faultcheck.Now() // read before checking the term
+		rem := tm.Remaining()
+		if *misbehave == "overclaim" {
+			rem *= 10
+		}
+		if rem <= 0 {
+			return
+		}
+		lg.log(faultcheck.Event{Kind: faultcheck.Act, T: t0, Token: tm.Token(), Until: t0 + int64(rem)})
+	}
+	e, err := election.Start(s, "chaos",
+		election.WithListener(election.Funcs{
+			Elected: func(tm *term.Term) {
+				lg.log(faultcheck.Event{Kind: faultcheck.Elected, T: faultcheck.Now(), Token: tm.Token()})
+			},
+			Revoked: func(tm *term.Term, r term.RevokeReason) {
+				lg.log(faultcheck.Event{Kind: faultcheck.Revoked, T: faultcheck.Now(), Token: tm.Token(), Reason: r.String()})
+				if *misbehave == "late" {
+					// Ignore the revocation: act on for two leases as if
+					// the term had a full lease left.
+					go func() {
+						for range int(2 * *lease / *every) {
+							t0 := faultcheck.Now()
+							lg.log(faultcheck.Event{Kind: faultcheck.Act, T: t0, Token: tm.Token(), Until: t0 + int64(*lease)})
+							time.Sleep(*every)
+						}
+					}()
+				}
+			},
+		}),
+		election.RunWhileLeader(func(ctx context.Context, tm *term.Term) error {
+			tick := time.NewTicker(*every)
+			defer tick.Stop()
+			for {
+				act(tm)
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-tick.C:
+				}
+			}
+		}))
+	if err != nil {
+		_ = s.Close()
+		return err
+	}
+	<-ctx.Done()
+	_ = e.Close()
+	_ = s.Close()
+	lg.log(faultcheck.Event{Kind: faultcheck.Exit, T: faultcheck.Now()})
+	return nil
+}
+
+// open builds the backend client.
+func open(ctx context.Context, kind, addr, ns string) (session.Backend, func(), error) {
+	switch kind {
+	case "redis", "redis-cluster":
+		var c redis.UniversalClient
+		if kind == "redis" {
+			c = redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		} else {
+			c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addr, ","), ContextTimeoutEnabled: true})
+		}
+		b, err := redisbackend.New(c, ns)
+		return b, func() { _ = c.Close() }, err
+	case "postgres":
+		pool, err := pgxpool.New(ctx, addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		b, err := pgsimba.New(ctx, pool, pgsimba.WithPrefix(ns))
+		if err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+		return b, func() { b.Shutdown(); pool.Close() }, nil
+	case "mysql":
+		db, err := sql.Open("mysql", addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithPrefix(ns))
+		if err != nil {
+			_ = db.Close()
+			return nil, nil, err
+		}
+		return b, func() { b.Shutdown(); _ = db.Close() }, nil
+	case "zookeeper":
+		b, err := zkbackend.New(strings.Split(addr, ","), "/chaos/"+ns)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, func() { _ = b.Shutdown(context.Background()) }, nil
+	}
+	return nil, nil, errors.New("unknown -backend " + kind)
+}
