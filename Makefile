@@ -2,7 +2,7 @@
 # starts every server the tests need (scripts/services.sh) and runs every
 # module's tests with the race detector.
 
-MODULES := deadline term internal session election lock group backend-sql backend-redis backend-zk fxsimba otelsimba simbatest cmd/simba integration benchpeers
+MODULES := deadline term internal session election lock group backend-sql backend-redis backend-zk fxsimba otelsimba simbatest statuspage cmd/simba integration benchpeers
 GO ?= go
 TESTFLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2

@@ -267,7 +267,9 @@ var _ = term.Stopped
 func TestLateReplyIsReleasedEvenWhileStillWanted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b, _ := memory.New()
-		slow := &slowAcquire{Backend: b, delay: 6 * time.Second}
+		// Renewals never list the lease, so no renewal releases it before
+		// the late reply arrives: only the attempt rule stands in the way.
+		slow := &dropLease{Backend: &slowAcquire{Backend: b, delay: 6 * time.Second}, drop: "jobs"}
 		s := openDecorated(t, slow)
 		r := &recorder{}
 		c, _ := layer.MustOf(s).Claim("jobs", r)

@@ -65,7 +65,7 @@ var catalogue = []Mutation{
 		Old: "s.renewEvery = every", New: "s.renewEvery = s.cfg.RenewInterval",
 		Catch: "session TestShortenedGrantRenewsEveryThirdOnce; simulation (5/12 grants)"},
 	{Name: "call-timeout-doubled", File: "session/session.go",
-		Old: "s.after(&t, s.renewEvery, func() {", New: "s.after(&t, 2*s.renewEvery, func() {",
+		Old: "s.after(&c.t, s.renewEvery, c.timeout)", New: "s.after(&c.t, 2*s.renewEvery, c.timeout)",
 		Catch: "session TestCallTimesOutAfterTheRenewalPeriod"},
 
 	// --- session: becoming leader
