@@ -2,7 +2,7 @@
 # starts every server the tests need (scripts/services.sh) and runs every
 # module's tests with the race detector.
 
-MODULES := deadline term internal session election lock group backend-sql backend-redis backend-zk fxsimba otelsimba simbatest cmd/simba integration benchpeers
+MODULES := deadline term internal session election lock group backend-sql backend-redis backend-zk fxsimba otelsimba simbatest statuspage cmd/simba integration benchpeers
 GO ?= go
 TESTFLAGS ?= -race -count=1 -timeout 20m
 STATICCHECK_VERSION := v0.8.2
@@ -78,7 +78,7 @@ DURATION ?= 1h
 DATALOSS ?= 1
 chaos: services
 	@set -e; . ./.services/env; cd integration && SIMBA_FAULT_DURATION=$(DURATION) SIMBA_FAULT_DATALOSS=$(DATALOSS) \
-		SIMBA_CHAOS_REPORT=$(CURDIR)/docs/reliability.md $(GO) test -count=1 -timeout 0 -run 'TestFaults$$' -v .
+		SIMBA_CHAOS_REPORT=$(CURDIR)/docs/reliability.md $(GO) test -count=1 -timeout 0 -parallel 6 -run 'TestFaults$$' -v .
 
 ## sim-long: the seeded simulation with many more seeds
 sim-long:

@@ -107,14 +107,20 @@ func (pt *part) Describe() (kind, status string) {
 }
 
 // revoked queues OnRevoked, unless OnAssigned was refused. Lock held.
+//
+// An executor that accepted OnAssigned and refuses its OnRevoked would leave
+// the listener believing it still owns the partition: the refused OnRevoked
+// runs instead on the goroutine delivering it, in its place in the queue, as
+// election does, so callbacks stay paired and ordered.
 func (pt *part) revoked(ts *termState, reason term.RevokeReason) {
 	g := pt.g
+	run := func() {
+		if !ts.refused.Load() {
+			g.listener.OnRevoked(pt.p, ts.t, reason)
+		}
+	}
 	g.eng.Defer(func() {
-		g.queue.push(item{run: func() {
-			if !ts.refused.Load() {
-				g.listener.OnRevoked(pt.p, ts.t, reason)
-			}
-		}, refused: func(error) {}})
+		g.queue.push(item{run: run, refused: func(error) { g.queue.eng.Inside(g.queue.owner, true, run) }})
 	})
 }
 

@@ -59,7 +59,7 @@ wait_port() {
   return 1
 }
 for f in scripts/services/*.sh; do . "$f"; done
-SERVICES=(${SIMBA_SERVICES:-postgres mariadb redis zookeeper docker})
+SERVICES=(${SIMBA_SERVICES:-postgres mariadb redis zookeeper docker chromium})
 for s in "${SERVICES[@]}"; do
   if declare -F "${s}_$cmd" >/dev/null; then "${s}_$cmd"; fi
 done

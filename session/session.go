@@ -245,6 +245,13 @@ func (s *Session) Remaining() time.Duration {
 // the last callback has been delivered and every goroutine the session
 // started has returned. Called from a callback or a leader task, it does not
 // wait (that would be waiting for itself) and returns ErrWouldBlockSelf.
+//
+// The leases go at once, as the contract says, so another node may start
+// leading while this node's tasks are still returning: their terms are
+// already invalid and their contexts cancelled, so a task that checks its
+// term (or a fenced resource) does not act. For the ordered handover of a
+// deploy (tasks first, then the release), Stop or StepDown the elections
+// and Leave the groups before Close.
 func (s *Session) Close() error {
 	self := s.wouldWaitForSelf(context.Background(), nil)
 	s.mu.Lock()
