@@ -1,4 +1,4 @@
-package redisbackend
+package redissimba
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 
 // ErrClientConfig is wrapped by the error [New] returns for a client whose
 // options would break the engine's timing.
-var ErrClientConfig = errors.New("redisbackend: unsuitable redis client")
+var ErrClientConfig = errors.New("redissimba: unsuitable redis client")
 
 // client is the part of redis.UniversalClient the backend uses: scripts,
 // pub/sub and the read of the name index.
@@ -97,10 +97,10 @@ func New(rdb redis.UniversalClient, ns string, opts ...Option) (*Backend, error)
 		opt(&o)
 	}
 	if o.log == nil {
-		return nil, errors.New("redisbackend: WithLogger(nil)")
+		return nil, errors.New("redissimba: WithLogger(nil)")
 	}
 	if o.subscribeTimeout <= 0 {
-		return nil, fmt.Errorf("redisbackend: subscribe timeout %v, want > 0", o.subscribeTimeout)
+		return nil, fmt.Errorf("redissimba: subscribe timeout %v, want > 0", o.subscribeTimeout)
 	}
 	return &Backend{rdb: rdb, ns: ns, keys: newKeys(ns), opts: o}, nil
 }
@@ -136,24 +136,24 @@ func (b *Backend) Namespace() string {
 // lease is rounded up to whole milliseconds, the unit of PEXPIRE.
 func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	if req.LeaseDuration <= 0 {
-		return driver.OpenReply{}, fmt.Errorf("redisbackend: open: lease duration %v, want > 0", req.LeaseDuration)
+		return driver.OpenReply{}, fmt.Errorf("redissimba: open: lease duration %v, want > 0", req.LeaseDuration)
 	}
 	if err := b.checkOnce(ctx); err != nil {
-		return driver.OpenReply{}, fmt.Errorf("redisbackend: open: %w", err)
+		return driver.OpenReply{}, fmt.Errorf("redissimba: open: %w", err)
 	}
 	ms := (req.LeaseDuration + time.Millisecond - 1) / time.Millisecond
 	var raw [16]byte
 	if _, err := rand.Read(raw[:]); err != nil {
-		return driver.OpenReply{}, fmt.Errorf("redisbackend: open: session id: %w", err)
+		return driver.OpenReply{}, fmt.Errorf("redissimba: open: session id: %w", err)
 	}
 	id := driver.ID(hex.EncodeToString(raw[:]))
 	owner, err := encodeOwner(req.Owner)
 	if err != nil {
-		return driver.OpenReply{}, fmt.Errorf("redisbackend: open: %w", err)
+		return driver.OpenReply{}, fmt.Errorf("redissimba: open: %w", err)
 	}
 	ttl, err := openScript.Run(ctx, b.rdb, []string{b.keys.session + string(id)}, int64(ms), owner).Int64()
 	if err != nil {
-		return driver.OpenReply{}, fmt.Errorf("redisbackend: open: %w", err)
+		return driver.OpenReply{}, fmt.Errorf("redissimba: open: %w", err)
 	}
 	return driver.OpenReply{ID: id, Remaining: pttl(ttl)}, nil
 }
@@ -168,7 +168,7 @@ func pttl(ms int64) time.Duration {
 }
 
 func expired(op string, id driver.ID) error {
-	return fmt.Errorf("redisbackend: %s: session %s: %w", op, id, driver.ErrExpired)
+	return fmt.Errorf("redissimba: %s: session %s: %w", op, id, driver.ErrExpired)
 }
 
 // Renew extends the session by its lease with one script call, whatever
@@ -181,14 +181,14 @@ func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.Re
 	res, err := renewScript.Run(ctx, b.rdb, []string{b.keys.session + string(req.ID)},
 		strconv.FormatUint(req.KnownVersion, 10)).Result()
 	if err != nil {
-		return driver.RenewReply{}, fmt.Errorf("redisbackend: renew: %w", err)
+		return driver.RenewReply{}, fmt.Errorf("redissimba: renew: %w", err)
 	}
 	if n, ok := res.(int64); ok && n < 0 {
 		return driver.RenewReply{}, expired("renew", req.ID)
 	}
 	rep, err := parseRenew(res)
 	if err != nil {
-		return driver.RenewReply{}, fmt.Errorf("redisbackend: renew: %w", err)
+		return driver.RenewReply{}, fmt.Errorf("redissimba: renew: %w", err)
 	}
 	return rep, nil
 }
@@ -260,20 +260,20 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	res, err := acquireScript.Run(ctx, b.rdb, ks, args...).Result()
 	if err != nil {
-		return driver.AcquireReply{}, fmt.Errorf("redisbackend: acquire: %w", err)
+		return driver.AcquireReply{}, fmt.Errorf("redissimba: acquire: %w", err)
 	}
 	if n, ok := res.(int64); ok && n < 0 {
 		return driver.AcquireReply{}, expired("acquire", req.ID)
 	}
 	toks, ok := res.([]any)
 	if !ok || len(toks) != len(sent) {
-		return driver.AcquireReply{}, fmt.Errorf("redisbackend: acquire: unexpected reply %T with %d of %d tokens", res, len(toks), len(sent))
+		return driver.AcquireReply{}, fmt.Errorf("redissimba: acquire: unexpected reply %T with %d of %d tokens", res, len(toks), len(sent))
 	}
 	for j, i := range sent {
 		s, _ := toks[j].(string)
 		tok, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return driver.AcquireReply{}, fmt.Errorf("redisbackend: acquire: bad token %q for %q", s, req.Names[i])
+			return driver.AcquireReply{}, fmt.Errorf("redissimba: acquire: bad token %q for %q", s, req.Names[i])
 		}
 		results[i].Token = tok
 	}
@@ -293,13 +293,13 @@ func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error 
 	args[0], args[1] = string(req.ID), b.keys.channel
 	for _, l := range req.Leases {
 		if err := deadline.ValidateName(l.Name); err != nil {
-			return fmt.Errorf("redisbackend: release: %w", err)
+			return fmt.Errorf("redissimba: release: %w", err)
 		}
 		ks = append(ks, b.keys.lease+l.Name)
 		args = append(args, l.Name, strconv.FormatUint(l.Token, 10))
 	}
 	if err := releaseScript.Run(ctx, b.rdb, ks, args...).Err(); err != nil {
-		return fmt.Errorf("redisbackend: release: %w", err)
+		return fmt.Errorf("redissimba: release: %w", err)
 	}
 	return nil
 }
@@ -314,7 +314,7 @@ func (b *Backend) Close(ctx context.Context, id driver.ID) error {
 	err := closeScript.Run(ctx, b.rdb, []string{b.keys.session + string(id)},
 		string(id), b.keys.lease, b.keys.channel).Err()
 	if err != nil {
-		return fmt.Errorf("redisbackend: close: %w", err)
+		return fmt.Errorf("redissimba: close: %w", err)
 	}
 	return nil
 }

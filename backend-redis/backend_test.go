@@ -1,4 +1,4 @@
-package redisbackend_test
+package redissimba_test
 
 import (
 	"context"
@@ -11,12 +11,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	redisbackend "github.com/simba-go/simba/backend-redis"
+	redissimba "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/session/driver"
 )
 
-func open(t *testing.T, b *redisbackend.Backend, lease time.Duration) driver.ID {
+func open(t *testing.T, b *redissimba.Backend, lease time.Duration) driver.ID {
 	t.Helper()
 	r, err := b.Open(ctxT(t), driver.OpenRequest{LeaseDuration: lease})
 	if err != nil {
@@ -25,7 +25,7 @@ func open(t *testing.T, b *redisbackend.Backend, lease time.Duration) driver.ID 
 	return r.ID
 }
 
-func acquire(t *testing.T, b *redisbackend.Backend, id driver.ID, names ...string) []uint64 {
+func acquire(t *testing.T, b *redissimba.Backend, id driver.ID, names ...string) []uint64 {
 	t.Helper()
 	r, err := b.Acquire(ctxT(t), driver.AcquireRequest{ID: id, Names: names})
 	if err != nil {
@@ -44,14 +44,14 @@ func acquire(t *testing.T, b *redisbackend.Backend, id driver.ID, names ...strin
 	return toks
 }
 
-func release(t *testing.T, b *redisbackend.Backend, id driver.ID, name string, tok uint64) {
+func release(t *testing.T, b *redissimba.Backend, id driver.ID, name string, tok uint64) {
 	t.Helper()
 	if err := b.Release(ctxT(t), driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: name, Token: tok}}}); err != nil {
 		t.Fatalf("Release(%s, %d): %v", name, tok, err)
 	}
 }
 
-func renew(t *testing.T, b *redisbackend.Backend, id driver.ID, known uint64) driver.RenewReply {
+func renew(t *testing.T, b *redissimba.Backend, id driver.ID, known uint64) driver.RenewReply {
 	t.Helper()
 	r, err := b.Renew(ctxT(t), driver.RenewRequest{ID: id, KnownVersion: known})
 	if err != nil {
@@ -280,18 +280,18 @@ func TestNamespacesAreIsolated(t *testing.T) {
 
 func TestNew(t *testing.T) {
 	c := standalone(t)
-	if _, err := redisbackend.New(c, "a{b}"); !errors.Is(err, redisbackend.ErrInvalidNamespace) {
+	if _, err := redissimba.New(c, "a{b}"); !errors.Is(err, redissimba.ErrInvalidNamespace) {
 		t.Errorf("New(a{b}) = %v, want ErrInvalidNamespace", err)
 	}
-	if _, err := redisbackend.New(nil, "ns"); !errors.Is(err, redisbackend.ErrClientConfig) {
+	if _, err := redissimba.New(nil, "ns"); !errors.Is(err, redissimba.ErrClientConfig) {
 		t.Errorf("New(nil) = %v, want ErrClientConfig", err)
 	}
 	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer func() { _ = plain.Close() }()
-	if _, err := redisbackend.New(plain, "ns"); !errors.Is(err, redisbackend.ErrClientConfig) {
+	if _, err := redissimba.New(plain, "ns"); !errors.Is(err, redissimba.ErrClientConfig) {
 		t.Errorf("New(client without ContextTimeoutEnabled) = %v, want ErrClientConfig", err)
 	}
-	if _, err := redisbackend.New(c, "ns", redisbackend.WithSubscribeTimeout(0)); err == nil {
+	if _, err := redissimba.New(c, "ns", redissimba.WithSubscribeTimeout(0)); err == nil {
 		t.Error("New with subscribe timeout 0 succeeded")
 	}
 	b := newBackend(t, c, "ns-1")
@@ -386,7 +386,7 @@ func TestScriptsReloadAfterFlush(t *testing.T) {
 // notices collects what a subscription delivers.
 type notices chan driver.Notice
 
-func subscribe(t *testing.T, b *redisbackend.Backend) notices {
+func subscribe(t *testing.T, b *redissimba.Backend) notices {
 	t.Helper()
 	ch := make(notices, 1000)
 	stop, err := b.Subscribe(func(n driver.Notice) {

@@ -1,4 +1,4 @@
-package redisbackend
+package redissimba
 
 import (
 	"context"
@@ -47,7 +47,7 @@ type subscription struct {
 // subscription or the client is closed.
 func (b *Backend) Subscribe(fn func(driver.Notice)) (stop func(), err error) {
 	if fn == nil {
-		return nil, fmt.Errorf("redisbackend: subscribe: nil func")
+		return nil, fmt.Errorf("redissimba: subscribe: nil func")
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -115,7 +115,7 @@ func (b *Backend) startSubscription() (*subscription, error) {
 		var rerr redis.Error
 		if errors.As(err, &rerr) || errors.Is(err, redis.ErrClosed) {
 			_ = ps.Close()
-			return nil, fmt.Errorf("redisbackend: subscribe %s: %w", b.keys.channel, err)
+			return nil, fmt.Errorf("redissimba: subscribe %s: %w", b.keys.channel, err)
 		}
 	}
 	s := &subscription{ps: ps, done: make(chan struct{}), subs: make(map[uint64]func(driver.Notice))}

@@ -1,4 +1,4 @@
-package redisbackend
+package redissimba
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 // ErrServerUnsupported is wrapped by the error of the first [Backend.Open]
 // (and of [Backend.CheckServer]) on a Redis older than 5.0, whose scripts
 // cannot call TIME before a write: tokens and expiry need it.
-var ErrServerUnsupported = errors.New("redisbackend: unsupported redis server")
+var ErrServerUnsupported = errors.New("redissimba: unsupported redis server")
 
 // minMajor is the oldest Redis major version the scripts run on.
 const minMajor = 5
@@ -26,7 +26,7 @@ const minMajor = 5
 func (b *Backend) CheckServer(ctx context.Context) (warnings []string, err error) {
 	info, err := b.rdb.Info(ctx, "server", "persistence").Result()
 	if err != nil {
-		return nil, fmt.Errorf("redisbackend: check server: %w", err)
+		return nil, fmt.Errorf("redissimba: check server: %w", err)
 	}
 	fields := parseInfo(info)
 	if err := checkVersion(fields["redis_version"]); err != nil {
@@ -96,7 +96,7 @@ func (b *Backend) checkOnce(ctx context.Context) error {
 		return err
 	}
 	for _, w := range warnings {
-		b.opts.log.Warn("redisbackend: "+w, "namespace", b.ns)
+		b.opts.log.Warn("redissimba: "+w, "namespace", b.ns)
 	}
 	b.checked = true
 	return nil

@@ -1,4 +1,4 @@
-package redisbackend_test
+package redissimba_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	redisbackend "github.com/simba-go/simba/backend-redis"
+	redissimba "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/session/driver"
 )
 
@@ -40,8 +40,8 @@ func TestServerCheckWarns(t *testing.T) {
 		want []string
 	}{
 		{"evicting, no persistence", []string{"--maxmemory-policy", "allkeys-lru"}, []string{
-			"WARN redisbackend: maxmemory-policy is allkeys-lru",
-			"WARN redisbackend: no persistence",
+			"WARN redissimba: maxmemory-policy is allkeys-lru",
+			"WARN redissimba: no persistence",
 		}},
 		{"noeviction, AOF", []string{"--maxmemory-policy", "noeviction"}, nil},
 	} {
@@ -54,7 +54,7 @@ func TestServerCheckWarns(t *testing.T) {
 				}
 			}
 			var log logged
-			b, err := redisbackend.New(c, "check", redisbackend.WithLogger(slog.New(&log)))
+			b, err := redissimba.New(c, "check", redissimba.WithLogger(slog.New(&log)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package redisbackend_test
+package redissimba_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	redisbackend "github.com/simba-go/simba/backend-redis"
+	redissimba "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/session/backendtest"
 	"github.com/simba-go/simba/session/driver"
 )
@@ -97,7 +97,7 @@ func TestNewAcceptsUniversalClient(t *testing.T) {
 	}
 	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(addr, ","), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
-	if _, err := redisbackend.New(c, "universal"); err != nil {
+	if _, err := redissimba.New(c, "universal"); err != nil {
 		t.Fatalf("New(NewUniversalClient) = %v", err)
 	}
 }

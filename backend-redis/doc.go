@@ -1,4 +1,4 @@
-// Package redisbackend is the Simba backend for Redis standalone, Sentinel
+// Package redissimba is the Simba backend for Redis standalone, Sentinel
 // and Cluster (go-redis/v9), with atomic scripts and pub/sub release
 // broadcast.
 //
@@ -7,7 +7,7 @@
 // [driver.Broadcaster]:
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
-//	b, err := redisbackend.New(rdb, "billing")
+//	b, err := redissimba.New(rdb, "billing")
 //
 // Every operation is one Lua script, called by SHA (go-redis reloads it
 // on NOSCRIPT), so it is atomic on the server. Every key of a namespace
@@ -37,4 +37,4 @@
 // call by one renewal period through its context, and without that
 // setting go-redis would wait for its own read timeout instead. [New]
 // refuses a client without it.
-package redisbackend
+package redissimba

@@ -1,4 +1,4 @@
-package redisbackend_test
+package redissimba_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	redisbackend "github.com/simba-go/simba/backend-redis"
+	redissimba "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/session"
@@ -25,7 +25,7 @@ import (
 // Redis expires it. Embedding keeps Subscribe, so the engine still finds
 // the Broadcaster.
 type observed struct {
-	*redisbackend.Backend
+	*redissimba.Backend
 	failClose atomic.Bool
 
 	mu     sync.Mutex

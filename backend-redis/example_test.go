@@ -1,4 +1,4 @@
-package redisbackend_test
+package redissimba_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	redisbackend "github.com/simba-go/simba/backend-redis"
+	redissimba "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/session/driver"
@@ -25,7 +25,7 @@ func ExampleNew() {
 	})
 	defer rdb.Close()
 
-	b, err := redisbackend.New(rdb, "billing")
+	b, err := redissimba.New(rdb, "billing")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -54,30 +54,30 @@ func ExampleNew_cluster() {
 		ContextTimeoutEnabled: true,
 	})
 	defer rdb.Close()
-	if _, err := redisbackend.New(rdb, "billing"); err != nil {
+	if _, err := redissimba.New(rdb, "billing"); err != nil {
 		log.Fatal(err)
 	}
 }
 
 func ExampleValidateNamespace() {
 	for _, ns := range []string{"billing", "team.a-1", "a{b}", ""} {
-		fmt.Printf("%q: %v\n", ns, redisbackend.ValidateNamespace(ns))
+		fmt.Printf("%q: %v\n", ns, redissimba.ValidateNamespace(ns))
 	}
 	// Output:
 	// "billing": <nil>
 	// "team.a-1": <nil>
-	// "a{b}": redisbackend: invalid namespace: "a{b}" has byte '{' at offset 1 (want 1 to 64 characters of [A-Za-z0-9._-])
-	// "": redisbackend: invalid namespace: empty (want 1 to 64 characters of [A-Za-z0-9._-])
+	// "a{b}": redissimba: invalid namespace: "a{b}" has byte '{' at offset 1 (want 1 to 64 characters of [A-Za-z0-9._-])
+	// "": redissimba: invalid namespace: empty (want 1 to 64 characters of [A-Za-z0-9._-])
 }
 
 // New refuses a client that would let calls outlive the engine's deadline.
 func ExampleNew_contextTimeout() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 	defer rdb.Close()
-	_, err := redisbackend.New(rdb, "billing")
+	_, err := redissimba.New(rdb, "billing")
 	fmt.Println(err)
 	// Output:
-	// redisbackend: unsuitable redis client: ContextTimeoutEnabled is false, so calls would not stop at the engine's deadline; set it in the client's options
+	// redissimba: unsuitable redis client: ContextTimeoutEnabled is false, so calls would not stop at the engine's deadline; set it in the client's options
 }
 
 // A leader fences its writes with its term's token, so a paused leader that
@@ -87,8 +87,8 @@ func ExampleFencedSet() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	var t *term.Term // from OnElected
-	err := redisbackend.FencedSet(t.Context(), rdb, "{orders}:fence", "{orders}:latest", t.Token(), "order-42", 0)
-	if errors.Is(err, redisbackend.ErrFenced) {
+	err := redissimba.FencedSet(t.Context(), rdb, "{orders}:fence", "{orders}:latest", t.Token(), "order-42", 0)
+	if errors.Is(err, redissimba.ErrFenced) {
 		fmt.Println("a later leader has written; stop")
 	}
 }
@@ -99,7 +99,7 @@ func ExampleFencedSet() {
 func ExampleBackend_Inspect() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	b, err := redisbackend.New(rdb, "billing")
+	b, err := redissimba.New(rdb, "billing")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func ExampleBackend_Shutdown() {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close() // after Shutdown: the client is the application's
 
-	b, err := redisbackend.New(rdb, "billing")
+	b, err := redissimba.New(rdb, "billing")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package redisbackend_test
+package redissimba_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	redisbackend "github.com/simba-go/simba/backend-redis"
+	redissimba "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/session/driver"
 )
 
@@ -174,7 +174,7 @@ func TestFailureConnectionCutAndRestored(t *testing.T) {
 // arrives (as an empty notice) when Redis is back.
 func TestFailureSubscribeWhileRedisPaused(t *testing.T) {
 	s := startServer(t)
-	b, err := redisbackend.New(s.client(s.addr()), namespace(t), redisbackend.WithSubscribeTimeout(200*time.Millisecond))
+	b, err := redissimba.New(s.client(s.addr()), namespace(t), redissimba.WithSubscribeTimeout(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

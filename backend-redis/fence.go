@@ -1,4 +1,4 @@
-package redisbackend
+package redissimba
 
 import (
 	"context"
@@ -46,19 +46,19 @@ return 1
 // "{orders}:latest". Writes of the same term may repeat.
 func FencedSet(ctx context.Context, rdb redis.Scripter, fenceKey, key string, token uint64, value string, ttl time.Duration) error {
 	if token == 0 {
-		return fmt.Errorf("redisbackend: fenced set of %q: token 0 is never a term's token", key)
+		return fmt.Errorf("redissimba: fenced set of %q: token 0 is never a term's token", key)
 	}
 	if ttl < 0 {
-		return fmt.Errorf("redisbackend: fenced set of %q: ttl %v, want ≥ 0", key, ttl)
+		return fmt.Errorf("redissimba: fenced set of %q: ttl %v, want ≥ 0", key, ttl)
 	}
 	ms := int64((ttl + time.Millisecond - 1) / time.Millisecond)
 	ok, err := fencedSetScript.Run(ctx, rdb, []string{fenceKey, key},
 		strconv.FormatUint(token, 10), value, ms).Int64()
 	if err != nil {
-		return fmt.Errorf("redisbackend: fenced set of %q: %w", key, err)
+		return fmt.Errorf("redissimba: fenced set of %q: %w", key, err)
 	}
 	if ok == 0 {
-		return fmt.Errorf("redisbackend: fenced set of %q with token %d: %w", key, token, ErrFenced)
+		return fmt.Errorf("redissimba: fenced set of %q with token %d: %w", key, token, ErrFenced)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package redisbackend_test
+package redissimba_test
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	redisbackend "github.com/simba-go/simba/backend-redis"
+	redissimba "github.com/simba-go/simba/backend-redis"
 )
 
 func TestFencedSet(t *testing.T) {
@@ -17,7 +17,7 @@ func TestFencedSet(t *testing.T) {
 		fence, key := tag+":fence", tag+":data"
 		t.Cleanup(func() { _ = c.Del(ctxT(t), fence, key).Err() })
 		set := func(tok uint64, v string) error {
-			return redisbackend.FencedSet(ctxT(t), c, fence, key, tok, v, 0)
+			return redissimba.FencedSet(ctxT(t), c, fence, key, tok, v, 0)
 		}
 		get := func() string {
 			v, err := c.Get(ctxT(t), key).Result()
@@ -43,7 +43,7 @@ func TestFencedSet(t *testing.T) {
 		}
 		for _, s := range steps {
 			err := set(s.tok, s.val)
-			if s.fenced != errors.Is(err, redisbackend.ErrFenced) || (!s.fenced && err != nil) {
+			if s.fenced != errors.Is(err, redissimba.ErrFenced) || (!s.fenced && err != nil) {
 				t.Fatalf("FencedSet(token %d) = %v, fenced want %v", s.tok, err, s.fenced)
 			}
 			if got := get(); got != s.current {
@@ -53,7 +53,7 @@ func TestFencedSet(t *testing.T) {
 		if err := set(0, "x"); err == nil {
 			t.Error("FencedSet with token 0 succeeded")
 		}
-		if err := redisbackend.FencedSet(ctxT(t), c, fence, key, math.MaxUint64, "ttl", 50*time.Millisecond); err != nil {
+		if err := redissimba.FencedSet(ctxT(t), c, fence, key, math.MaxUint64, "ttl", 50*time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		if ttl := c.PTTL(ctxT(t), key).Val(); ttl <= 0 || ttl > 50*time.Millisecond {

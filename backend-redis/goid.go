@@ -1,4 +1,4 @@
-package redisbackend
+package redissimba
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package redisbackend
+package redissimba
 
 import (
 	"context"
@@ -39,18 +39,18 @@ func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]dri
 	names := slices.Clone(req.Names)
 	for _, n := range names {
 		if err := deadline.ValidateName(n); err != nil {
-			return nil, fmt.Errorf("redisbackend: inspect: %w", err)
+			return nil, fmt.Errorf("redissimba: inspect: %w", err)
 		}
 	}
 	if len(names) == 0 {
 		if req.Prefix != "" {
 			if err := deadline.ValidateName(req.Prefix); err != nil {
-				return nil, fmt.Errorf("redisbackend: inspect prefix: %w", err)
+				return nil, fmt.Errorf("redissimba: inspect prefix: %w", err)
 			}
 		}
 		var err error
 		if names, err = b.indexed(ctx, req.Prefix); err != nil {
-			return nil, fmt.Errorf("redisbackend: inspect: %w", err)
+			return nil, fmt.Errorf("redissimba: inspect: %w", err)
 		}
 	}
 	slices.Sort(names)
@@ -59,7 +59,7 @@ func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]dri
 	for batch := range slices.Chunk(names, inspectBatch) {
 		hs, err := b.inspect(ctx, batch)
 		if err != nil {
-			return nil, fmt.Errorf("redisbackend: inspect: %w", err)
+			return nil, fmt.Errorf("redissimba: inspect: %w", err)
 		}
 		out = append(out, hs...)
 	}

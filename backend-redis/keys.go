@@ -1,4 +1,4 @@
-package redisbackend
+package redissimba
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ const MaxNamespaceLen = 64
 
 // ErrInvalidNamespace is wrapped by the errors [ValidateNamespace] and
 // [New] return for a bad namespace.
-var ErrInvalidNamespace = errors.New("redisbackend: invalid namespace")
+var ErrInvalidNamespace = errors.New("redissimba: invalid namespace")
 
 // ValidateNamespace reports whether ns is a valid namespace: 1 to 64
 // characters of [A-Za-z0-9._-]. The rule keeps the namespace free of the

@@ -1,4 +1,4 @@
-package redisbackend_test
+package redissimba_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	redisbackend "github.com/simba-go/simba/backend-redis"
+	redissimba "github.com/simba-go/simba/backend-redis"
 )
 
 func TestMain(m *testing.M) {
@@ -88,12 +88,12 @@ func namespace(t testing.TB) string {
 	return "t-" + hex.EncodeToString(b[:])
 }
 
-func newBackend(t testing.TB, c redis.UniversalClient, ns string) *redisbackend.Backend {
+func newBackend(t testing.TB, c redis.UniversalClient, ns string) *redissimba.Backend {
 	t.Helper()
 	// The test servers run without persistence on purpose: quiet the
 	// server check's warnings (check_test.go checks them).
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	b, err := redisbackend.New(c, ns, redisbackend.WithLogger(quiet))
+	b, err := redissimba.New(c, ns, redissimba.WithLogger(quiet))
 	if err != nil {
 		t.Fatalf("New(%q) = %v", ns, err)
 	}

@@ -1,4 +1,4 @@
-package redisbackend
+package redissimba
 
 import (
 	"context"
@@ -31,9 +31,9 @@ func (b *Backend) Shutdown(ctx context.Context) error {
 	case <-s.done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("redisbackend: shutdown: %w", context.Cause(ctx))
+		return fmt.Errorf("redissimba: shutdown: %w", context.Cause(ctx))
 	}
 }
 
 // errShut is what Subscribe answers after Shutdown.
-var errShut = fmt.Errorf("redisbackend: subscribe after Shutdown: %w", driver.ErrClosed)
+var errShut = fmt.Errorf("redissimba: subscribe after Shutdown: %w", driver.ErrClosed)

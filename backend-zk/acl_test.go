@@ -1,4 +1,4 @@
-package zkbackend_test
+package zksimba_test
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	zkbackend "github.com/simba-go/simba/backend-zk"
+	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/session/driver"
 )
 
@@ -15,7 +15,7 @@ import (
 // lease; one with them competes normally.
 func TestDigestACL(t *testing.T) {
 	srv, root := standalone(t), newRoot(t)
-	auth := zkbackend.WithDigestAuth("simba", "s3cret")
+	auth := zksimba.WithDigestAuth("simba", "s3cret")
 	a := newBackend(t, srv, root, auth)
 	sa := open(t, a, 4*time.Second)
 	tok := acquire(t, a, sa.ID, "x")[0].Token
@@ -47,17 +47,17 @@ func TestDigestACL(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		opts []zkbackend.Option
+		opts []zksimba.Option
 	}{
 		{"no credentials", nil},
-		{"wrong password", []zkbackend.Option{zkbackend.WithDigestAuth("simba", "wrong")}},
+		{"wrong password", []zksimba.Option{zksimba.WithDigestAuth("simba", "wrong")}},
 	} {
 		// Refused at Open, as a permanent error (it used to pass Open and
 		// fail every later call with a raw "not authenticated").
 		t.Run(tc.name, func(t *testing.T) {
 			b := newBackend(t, srv, root, tc.opts...)
 			_, err := b.Open(ctxT(t, 5*time.Second), driver.OpenRequest{LeaseDuration: 4 * time.Second})
-			if !errors.Is(err, zkbackend.ErrNotAuthorized) || !errors.Is(err, zk.ErrNoAuth) {
+			if !errors.Is(err, zksimba.ErrNotAuthorized) || !errors.Is(err, zk.ErrNoAuth) {
 				t.Fatalf("Open without the right credentials = %v, want ErrNotAuthorized wrapping ErrNoAuth", err)
 			}
 		})
@@ -102,9 +102,9 @@ func TestExternalDeleteLeavesOwnedSet(t *testing.T) {
 // create its root.)
 func TestParentsOpenToOtherApplications(t *testing.T) {
 	srv, parent := standalone(t), newRoot(t)
-	a := newBackend(t, srv, parent+"/app-a", zkbackend.WithDigestAuth("app-a", "pw-a"))
+	a := newBackend(t, srv, parent+"/app-a", zksimba.WithDigestAuth("app-a", "pw-a"))
 	open(t, a, 4*time.Second)
-	b := newBackend(t, srv, parent+"/app-b", zkbackend.WithDigestAuth("app-b", "pw-b"))
+	b := newBackend(t, srv, parent+"/app-b", zksimba.WithDigestAuth("app-b", "pw-b"))
 	sb := open(t, b, 4*time.Second)
 	if tok := acquire(t, b, sb.ID, "x")[0].Token; tok == 0 {
 		t.Fatal("the second application could not acquire in its own root")

@@ -1,4 +1,4 @@
-package zkbackend
+package zksimba
 
 import (
 	"context"
@@ -69,7 +69,7 @@ type Backend struct {
 // for the name: the ensemble lost its data and restarted its zxids. The
 // lease is not made a term (the engine releases the node); move to a new
 // namespace root, or restart every client, before trusting tokens again.
-var ErrTokenRegressed = errors.New("zkbackend: fencing token went backwards (the ensemble lost its data)")
+var ErrTokenRegressed = errors.New("zksimba: fencing token went backwards (the ensemble lost its data)")
 
 var (
 	_ driver.Backend     = (*Backend)(nil)
@@ -114,30 +114,30 @@ func (b *Backend) Root() string { return b.root }
 // server actually granted. Open creates the namespace root if missing.
 func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	if req.LeaseDuration < time.Millisecond || req.LeaseDuration > time.Duration(1<<31-1)*time.Millisecond {
-		return driver.OpenReply{}, fmt.Errorf("zkbackend: open: lease duration %v out of range [1ms, 2^31ms)", req.LeaseDuration)
+		return driver.OpenReply{}, fmt.Errorf("zksimba: open: lease duration %v out of range [1ms, 2^31ms)", req.LeaseDuration)
 	}
 	if err := req.Owner.Check(); err != nil {
-		return driver.OpenReply{}, fmt.Errorf("zkbackend: open: %w", err)
+		return driver.OpenReply{}, fmt.Errorf("zksimba: open: %w", err)
 	}
 	b.mu.Lock()
 	closed := b.closed
 	b.mu.Unlock()
 	if closed {
-		return driver.OpenReply{}, fmt.Errorf("zkbackend: open: %w", driver.ErrClosed)
+		return driver.OpenReply{}, fmt.Errorf("zksimba: open: %w", driver.ErrClosed)
 	}
 	s, err := b.dialSession(ctx, req.LeaseDuration, req.Owner)
 	if err != nil {
-		return driver.OpenReply{}, fmt.Errorf("zkbackend: open: %w", err)
+		return driver.OpenReply{}, fmt.Errorf("zksimba: open: %w", err)
 	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		s.closeAsync()
-		return driver.OpenReply{}, fmt.Errorf("zkbackend: open: %w", driver.ErrClosed)
+		return driver.OpenReply{}, fmt.Errorf("zksimba: open: %w", driver.ErrClosed)
 	}
 	b.sessions[s.id] = s
 	b.mu.Unlock()
-	s.log.Info("zkbackend: session opened", "session", s.id, "requested", req.LeaseDuration, "negotiated", s.timeout())
+	s.log.Info("zksimba: session opened", "session", s.id, "requested", req.LeaseDuration, "negotiated", s.timeout())
 	return driver.OpenReply{ID: s.id, Remaining: Grant(s.timeout())}, nil
 }
 
@@ -183,10 +183,10 @@ func (b *Backend) forget(s *zsession) {
 func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
 	s, err := b.lookup(req.ID)
 	if err != nil {
-		return driver.RenewReply{}, fmt.Errorf("zkbackend: renew: %w", err)
+		return driver.RenewReply{}, fmt.Errorf("zksimba: renew: %w", err)
 	}
 	if err := s.renew(ctx); err != nil {
-		return driver.RenewReply{}, fmt.Errorf("zkbackend: renew %s: %w", s.id, err)
+		return driver.RenewReply{}, fmt.Errorf("zksimba: renew %s: %w", s.id, err)
 	}
 	version, leases := s.ownedSet()
 	reply := driver.RenewReply{Remaining: Grant(s.timeout()), Version: version}
@@ -203,7 +203,7 @@ func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.Re
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	s, err := b.lookup(req.ID)
 	if err != nil {
-		return driver.AcquireReply{}, fmt.Errorf("zkbackend: acquire: %w", err)
+		return driver.AcquireReply{}, fmt.Errorf("zksimba: acquire: %w", err)
 	}
 	results := make([]driver.AcquireResult, len(req.Names))
 	errs := make([]error, len(req.Names))
@@ -228,10 +228,10 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	wg.Wait()
 	if s.expired.Load() {
-		return driver.AcquireReply{}, fmt.Errorf("zkbackend: acquire %s: %w", s.id, driver.ErrExpired)
+		return driver.AcquireReply{}, fmt.Errorf("zksimba: acquire %s: %w", s.id, driver.ErrExpired)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return driver.AcquireReply{}, fmt.Errorf("zkbackend: acquire %s: %w", s.id, err)
+		return driver.AcquireReply{}, fmt.Errorf("zksimba: acquire %s: %w", s.id, err)
 	}
 	b.mu.Lock()
 	for i := range results {
@@ -260,7 +260,7 @@ func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error 
 			// The session's ephemeral nodes are gone with it: nothing to do.
 			return nil
 		}
-		return fmt.Errorf("zkbackend: release: %w", err)
+		return fmt.Errorf("zksimba: release: %w", err)
 	}
 	errs := make([]error, len(req.Leases))
 	var wg sync.WaitGroup
@@ -283,7 +283,7 @@ func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error 
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("zkbackend: release %s: %w", s.id, err)
+		return fmt.Errorf("zksimba: release %s: %w", s.id, err)
 	}
 	return nil
 }
@@ -331,7 +331,7 @@ func (b *Backend) Shutdown(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("zkbackend: shutdown: %w", context.Cause(ctx)))
+		errs = append(errs, fmt.Errorf("zksimba: shutdown: %w", context.Cause(ctx)))
 	}
 	return errors.Join(errs...)
 }
@@ -351,7 +351,7 @@ func (b *Backend) Subscribe(fn func(driver.Notice)) (stop func(), err error) {
 	closed := b.closed
 	b.mu.Unlock()
 	if closed {
-		return nil, fmt.Errorf("zkbackend: subscribe: %w", driver.ErrClosed)
+		return nil, fmt.Errorf("zksimba: subscribe: %w", driver.ErrClosed)
 	}
 	return b.notices.subscribe(fn), nil
 }

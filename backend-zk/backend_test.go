@@ -1,4 +1,4 @@
-package zkbackend_test
+package zksimba_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	zkbackend "github.com/simba-go/simba/backend-zk"
+	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/session/driver"
 )
@@ -181,17 +181,17 @@ func TestNewRejectsBadInput(t *testing.T) {
 		name    string
 		servers []string
 		root    string
-		opts    []zkbackend.Option
+		opts    []zksimba.Option
 		want    error
 	}{
-		{"no servers", nil, "/a", nil, zkbackend.ErrInvalidOption},
-		{"relative root", []string{"x:1"}, "a", nil, zkbackend.ErrInvalidRoot},
-		{"zookeeper subtree", []string{"x:1"}, "/zookeeper/a", nil, zkbackend.ErrInvalidRoot},
-		{"bad user", []string{"x:1"}, "/a", []zkbackend.Option{zkbackend.WithDigestAuth("a:b", "p")}, zkbackend.ErrInvalidOption},
-		{"empty acl", []string{"x:1"}, "/a", []zkbackend.Option{zkbackend.WithACL()}, zkbackend.ErrInvalidOption},
+		{"no servers", nil, "/a", nil, zksimba.ErrInvalidOption},
+		{"relative root", []string{"x:1"}, "a", nil, zksimba.ErrInvalidRoot},
+		{"zookeeper subtree", []string{"x:1"}, "/zookeeper/a", nil, zksimba.ErrInvalidRoot},
+		{"bad user", []string{"x:1"}, "/a", []zksimba.Option{zksimba.WithDigestAuth("a:b", "p")}, zksimba.ErrInvalidOption},
+		{"empty acl", []string{"x:1"}, "/a", []zksimba.Option{zksimba.WithACL()}, zksimba.ErrInvalidOption},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := zkbackend.New(tc.servers, tc.root, tc.opts...); !errors.Is(err, tc.want) {
+			if _, err := zksimba.New(tc.servers, tc.root, tc.opts...); !errors.Is(err, tc.want) {
 				t.Fatalf("New = %v, want %v", err, tc.want)
 			}
 		})
@@ -228,7 +228,7 @@ func equalLeases(a, b []driver.Lease) bool {
 // session's connection (bounded), and one Renew reports them all.
 func TestLargeBatch(t *testing.T) {
 	var writes atomic.Int64
-	b := newBackend(t, standalone(t), newRoot(t), zkbackend.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
+	b := newBackend(t, standalone(t), newRoot(t), zksimba.WithDialer(func(network, addr string, timeout time.Duration) (net.Conn, error) {
 		c, err := net.DialTimeout(network, addr, timeout)
 		if err != nil {
 			return nil, err

@@ -1,10 +1,10 @@
-package zkbackend_test
+package zksimba_test
 
 import (
 	"testing"
 	"time"
 
-	zkbackend "github.com/simba-go/simba/backend-zk"
+	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/session/backendtest"
 	"github.com/simba-go/simba/session/driver"
 )
@@ -19,7 +19,7 @@ func conformance(t *testing.T, srv []string) {
 			return newBackend(t, srv, "/simba-test/kit/"+namespace)
 		},
 		Lease:       lease,
-		ExpiryGrace: lease - zkbackend.Grant(lease) + time.Second,
+		ExpiryGrace: lease - zksimba.Grant(lease) + time.Second,
 	})
 }
 

@@ -1,4 +1,4 @@
-package zkbackend_test
+package zksimba_test
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	zkbackend "github.com/simba-go/simba/backend-zk"
+	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/session/driver"
 )
 
@@ -50,7 +50,7 @@ func TestTokensNeverGoBackwardsAfterDataLoss(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Acquire after the loss: %v", err)
 	}
-	if got := res.Results[0]; got.Token != 0 || !errors.Is(got.Err, zkbackend.ErrTokenRegressed) {
+	if got := res.Results[0]; got.Token != 0 || !errors.Is(got.Err, zksimba.ErrTokenRegressed) {
 		t.Fatalf("Acquire after the loss = token %d, err %v; want no token and ErrTokenRegressed (highest before: %d)", got.Token, got.Err, high)
 	}
 }

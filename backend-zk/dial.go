@@ -1,4 +1,4 @@
-package zkbackend
+package zksimba
 
 import (
 	"encoding/binary"
@@ -13,7 +13,7 @@ import (
 // errSessionGone is what the dialer answers once the session it serves has
 // expired or been closed: go-zookeeper would otherwise open a new ZooKeeper
 // session on the same *zk.Conn, which must never pass for the old one.
-var errSessionGone = errors.New("zkbackend: session is over; not reconnecting")
+var errSessionGone = errors.New("zksimba: session is over; not reconnecting")
 
 // connectInfo is what a server's connect response says: the session id it
 // answered for (0 means expired) and the negotiated timeout.

@@ -1,4 +1,4 @@
-// Package zkbackend is the Simba backend for ZooKeeper (go-zookeeper/zk):
+// Package zksimba is the Simba backend for ZooKeeper (go-zookeeper/zk):
 // the ZooKeeper session is the Simba session, leases are ephemeral nodes and
 // tokens are their creation zxids.
 //
@@ -51,4 +51,4 @@
 // The namespace root is validated by [ValidateRoot]; lease names by
 // deadline.ValidateName. [WithDigestAuth] and [WithACL] protect the
 // namespace and lease nodes.
-package zkbackend
+package zksimba

@@ -1,4 +1,4 @@
-package zkbackend_test
+package zksimba_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	zkbackend "github.com/simba-go/simba/backend-zk"
+	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/session"
@@ -151,7 +151,7 @@ func TestEngineCutHolderFailover(t *testing.T) {
 	srv, root := standalone(t), newRoot(t)
 	const timeout = 2 * time.Second
 	cut := &cutter{}
-	sa, eva := openEngine(t, newBackend(t, srv, root, zkbackend.WithDialer(cut.dial)), timeout)
+	sa, eva := openEngine(t, newBackend(t, srv, root, zksimba.WithDialer(cut.dial)), timeout)
 	ra := claimName(t, sa, "x")
 	wonA := ra.waitWon(t, 5*time.Second)
 	sb, _ := openEngine(t, newBackend(t, srv, root), timeout)

@@ -1,4 +1,4 @@
-package zkbackend_test
+package zksimba_test
 
 import (
 	"context"
@@ -6,15 +6,15 @@ import (
 	"log"
 	"time"
 
-	zkbackend "github.com/simba-go/simba/backend-zk"
+	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/session"
 )
 
 // A process opens its one Simba session on ZooKeeper. (Needs a server, so
 // this example compiles but does not run as a test.)
 func ExampleNew() {
-	b, err := zkbackend.New([]string{"127.0.0.1:2181"}, "/simba/myapp",
-		zkbackend.WithDigestAuth("myapp", "secret"))
+	b, err := zksimba.New([]string{"127.0.0.1:2181"}, "/simba/myapp",
+		zksimba.WithDigestAuth("myapp", "secret"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -32,19 +32,19 @@ func ExampleNew() {
 }
 
 func ExampleValidateRoot() {
-	fmt.Println(zkbackend.ValidateRoot("/simba/myapp"))
-	fmt.Println(zkbackend.ValidateRoot("/simba/my app"))
-	fmt.Println(zkbackend.ValidateRoot("/zookeeper/simba"))
+	fmt.Println(zksimba.ValidateRoot("/simba/myapp"))
+	fmt.Println(zksimba.ValidateRoot("/simba/my app"))
+	fmt.Println(zksimba.ValidateRoot("/zookeeper/simba"))
 	// Output:
 	// <nil>
-	// zkbackend: invalid namespace root: "/simba/my app": path element 2 has byte ' ' at offset 2 (want [A-Za-z0-9._:-])
-	// zkbackend: invalid namespace root: "/zookeeper/simba": /zookeeper is the server's own subtree
+	// zksimba: invalid namespace root: "/simba/my app": path element 2 has byte ' ' at offset 2 (want [A-Za-z0-9._:-])
+	// zksimba: invalid namespace root: "/zookeeper/simba": /zookeeper is the server's own subtree
 }
 
 // One renewal proves a session alive for 5/12 of its negotiated timeout.
 func ExampleGrant() {
-	fmt.Println(zkbackend.Grant(15 * time.Second))
-	fmt.Println(zkbackend.Grant(6 * time.Second))
+	fmt.Println(zksimba.Grant(15 * time.Second))
+	fmt.Println(zksimba.Grant(6 * time.Second))
 	// Output:
 	// 6.25s
 	// 2.5s

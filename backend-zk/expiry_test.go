@@ -1,11 +1,11 @@
-package zkbackend_test
+package zksimba_test
 
 import (
 	"errors"
 	"testing"
 	"time"
 
-	zkbackend "github.com/simba-go/simba/backend-zk"
+	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/session/driver"
 )
@@ -18,7 +18,7 @@ func TestCutHolderExpiresAndWatchHandsOver(t *testing.T) {
 	srv := standalone(t)
 	root := newRoot(t)
 	cut := &cutter{}
-	a := newBackend(t, srv, root, zkbackend.WithDialer(cut.dial))
+	a := newBackend(t, srv, root, zksimba.WithDialer(cut.dial))
 	b := newBackend(t, srv, root)
 	const timeout = 2 * time.Second
 	sa, sb := open(t, a, timeout), open(t, b, timeout)

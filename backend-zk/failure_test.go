@@ -1,4 +1,4 @@
-package zkbackend_test
+package zksimba_test
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	zkbackend "github.com/simba-go/simba/backend-zk"
+	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/session/driver"
 	"github.com/simba-go/simba/term"
@@ -85,8 +85,8 @@ func TestEnsembleLeaderKilled(t *testing.T) {
 		}
 		// The local deadline is at most one grant after the last renewal,
 		// which was sent before the kill.
-		if el := lost.at.Sub(killedAt); el > zkbackend.Grant(timeout)+200*time.Millisecond {
-			t.Fatalf("term ended %v after quorum loss, want within one grant (%v)", el, zkbackend.Grant(timeout))
+		if el := lost.at.Sub(killedAt); el > zksimba.Grant(timeout)+200*time.Millisecond {
+			t.Fatalf("term ended %v after quorum loss, want within one grant (%v)", el, zksimba.Grant(timeout))
 		}
 		if won.t.Valid() {
 			t.Fatal("term still valid after its end")
@@ -112,8 +112,8 @@ func TestServerPausedTermEndsFirst(t *testing.T) {
 	if lost.reason != term.DeadlinePassed {
 		t.Fatalf("term ended with %v, want DEADLINE_PASSED", lost.reason)
 	}
-	if el := lost.at.Sub(pausedAt); el > zkbackend.Grant(timeout)+200*time.Millisecond {
-		t.Fatalf("term ended %v after the pause, want within one grant (%v)", el, zkbackend.Grant(timeout))
+	if el := lost.at.Sub(pausedAt); el > zksimba.Grant(timeout)+200*time.Millisecond {
+		t.Fatalf("term ended %v after the pause, want within one grant (%v)", el, zksimba.Grant(timeout))
 	}
 	// Keep the server stopped past the session timeout, so that on
 	// resuming it finds the session due for expiry.

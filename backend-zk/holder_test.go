@@ -1,4 +1,4 @@
-package zkbackend_test
+package zksimba_test
 
 import (
 	"bufio"
@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	zkbackend "github.com/simba-go/simba/backend-zk"
+	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/session/driver"
 )
 
@@ -25,7 +25,7 @@ const holderEnv = "SIMBA_ZK_TEST_HOLDER"
 // the 2 s lease until it is killed.
 func runHolder() int {
 	srv, root, name := os.Getenv("SIMBA_ZK_SERVERS"), os.Getenv("SIMBA_ZK_TEST_ROOT"), os.Getenv(holderEnv)
-	b, err := zkbackend.New(strings.Split(srv, ","), root)
+	b, err := zksimba.New(strings.Split(srv, ","), root)
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -104,8 +104,8 @@ func TestHolderProcessPaused(t *testing.T) {
 	el := won.at.Sub(stoppedAt)
 	// The holder's last renewal was sent before the stop, so its local
 	// deadline was at most one grant after it.
-	if el <= zkbackend.Grant(timeout) {
-		t.Fatalf("candidate won %v after the stop, before the holder's local deadline could have passed (grant %v)", el, zkbackend.Grant(timeout))
+	if el <= zksimba.Grant(timeout) {
+		t.Fatalf("candidate won %v after the stop, before the holder's local deadline could have passed (grant %v)", el, zksimba.Grant(timeout))
 	}
 	if el > timeout+time.Second {
 		t.Fatalf("candidate won %v after the stop, want about the %v session timeout", el, timeout)

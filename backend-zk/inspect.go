@@ -1,4 +1,4 @@
-package zkbackend
+package zksimba
 
 import (
 	"context"
@@ -37,17 +37,17 @@ func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]dri
 	names := slices.Clone(req.Names)
 	for _, n := range names {
 		if err := deadline.ValidateName(n); err != nil {
-			return nil, fmt.Errorf("zkbackend: inspect: %w", err)
+			return nil, fmt.Errorf("zksimba: inspect: %w", err)
 		}
 	}
 	if len(names) == 0 && req.Prefix != "" {
 		if err := deadline.ValidateName(req.Prefix); err != nil {
-			return nil, fmt.Errorf("zkbackend: inspect prefix: %w", err)
+			return nil, fmt.Errorf("zksimba: inspect prefix: %w", err)
 		}
 	}
 	conn, done, err := b.readConn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("zkbackend: inspect: %w", err)
+		return nil, fmt.Errorf("zksimba: inspect: %w", err)
 	}
 	defer done()
 	if len(names) == 0 {
@@ -59,7 +59,7 @@ func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]dri
 			return nil, nil // no root: nothing held
 		}
 		if err != nil {
-			return nil, fmt.Errorf("zkbackend: inspect: list %s: %w", b.root, err)
+			return nil, fmt.Errorf("zksimba: inspect: list %s: %w", b.root, err)
 		}
 		for _, c := range children {
 			if strings.HasPrefix(c, req.Prefix) && deadline.ValidateName(c) == nil {
@@ -83,7 +83,7 @@ func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]dri
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("zkbackend: inspect: %w", err)
+		return nil, fmt.Errorf("zksimba: inspect: %w", err)
 	}
 	out := make([]driver.Holder, 0, len(names))
 	for _, h := range holders {

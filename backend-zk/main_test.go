@@ -1,4 +1,4 @@
-package zkbackend_test
+package zksimba_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	zkbackend "github.com/simba-go/simba/backend-zk"
+	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/session/driver"
 	"go.uber.org/goleak"
 )
@@ -58,7 +58,7 @@ func newRoot(t testing.TB) string {
 	return "/simba-test/" + name + "-" + hex.EncodeToString(b[:])
 }
 
-func newBackend(t testing.TB, srv []string, root string, opts ...zkbackend.Option) *zkbackend.Backend {
+func newBackend(t testing.TB, srv []string, root string, opts ...zksimba.Option) *zksimba.Backend {
 	t.Helper()
 	// Quiet by default: session-opened lines would bury test output and
 	// break benchmark result lines.
@@ -67,7 +67,7 @@ func newBackend(t testing.TB, srv []string, root string, opts ...zkbackend.Optio
 		level = slog.LevelError + 1
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	b, err := zkbackend.New(srv, root, append([]zkbackend.Option{zkbackend.WithLogger(logger)}, opts...)...)
+	b, err := zksimba.New(srv, root, append([]zksimba.Option{zksimba.WithLogger(logger)}, opts...)...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -87,7 +87,7 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-func open(t testing.TB, b *zkbackend.Backend, lease time.Duration) driver.OpenReply {
+func open(t testing.TB, b *zksimba.Backend, lease time.Duration) driver.OpenReply {
 	t.Helper()
 	r, err := b.Open(ctxT(t, 10*time.Second), driver.OpenRequest{LeaseDuration: lease})
 	if err != nil {
@@ -96,7 +96,7 @@ func open(t testing.TB, b *zkbackend.Backend, lease time.Duration) driver.OpenRe
 	return r
 }
 
-func acquire(t testing.TB, b *zkbackend.Backend, id driver.ID, names ...string) []driver.AcquireResult {
+func acquire(t testing.TB, b *zksimba.Backend, id driver.ID, names ...string) []driver.AcquireResult {
 	t.Helper()
 	r, err := b.Acquire(ctxT(t, 10*time.Second), driver.AcquireRequest{ID: id, Names: names})
 	if err != nil {
@@ -108,7 +108,7 @@ func acquire(t testing.TB, b *zkbackend.Backend, id driver.ID, names ...string) 
 	return r.Results
 }
 
-func renew(t testing.TB, b *zkbackend.Backend, id driver.ID) driver.RenewReply {
+func renew(t testing.TB, b *zksimba.Backend, id driver.ID) driver.RenewReply {
 	t.Helper()
 	r, err := b.Renew(ctxT(t, 10*time.Second), driver.RenewRequest{ID: id})
 	if err != nil {
@@ -119,7 +119,7 @@ func renew(t testing.TB, b *zkbackend.Backend, id driver.ID) driver.RenewReply {
 
 // notices subscribes to b and returns a channel of the notices for name
 // (and empty ones are dropped).
-func notices(t testing.TB, b *zkbackend.Backend, name string) <-chan driver.Notice {
+func notices(t testing.TB, b *zksimba.Backend, name string) <-chan driver.Notice {
 	t.Helper()
 	ch := make(chan driver.Notice, 64)
 	stop, err := b.Subscribe(func(n driver.Notice) {
@@ -180,7 +180,7 @@ var _ zk.Dialer = (&cutter{}).dial
 // keepAlive renews id every period until the test ends, as the engine
 // would: the backend ends a session that is not renewed within its
 // timeout.
-func keepAlive(t testing.TB, b *zkbackend.Backend, id driver.ID, period time.Duration) {
+func keepAlive(t testing.TB, b *zksimba.Backend, id driver.ID, period time.Duration) {
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -206,4 +206,4 @@ func keepAlive(t testing.TB, b *zkbackend.Backend, id driver.ID, period time.Dur
 	t.Cleanup(func() { close(stop); <-done })
 }
 
-func withDial(c *cutter) zkbackend.Option { return zkbackend.WithDialer(c.dial) }
+func withDial(c *cutter) zksimba.Option { return zksimba.WithDialer(c.dial) }

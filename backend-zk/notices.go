@@ -1,4 +1,4 @@
-package zkbackend
+package zksimba
 
 import (
 	"sync"

@@ -1,18 +1,18 @@
-package zkbackend_test
+package zksimba_test
 
 import (
 	"sync"
 	"testing"
 	"time"
 
-	zkbackend "github.com/simba-go/simba/backend-zk"
+	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/session/driver"
 )
 
 // waitForX opens a holder of "x" and a waiter whose failed Acquire arms a
 // watch on it, both on b; it returns a function that releases x, which
 // delivers Notice{"x"} to b's subscribers, and the waiter.
-func waitForX(t *testing.T, b *zkbackend.Backend) (releaseX func(), waiter driver.ID) {
+func waitForX(t *testing.T, b *zksimba.Backend) (releaseX func(), waiter driver.ID) {
 	t.Helper()
 	h, w := open(t, b, 4*time.Second), open(t, b, 4*time.Second)
 	tok := acquire(t, b, h.ID, "x")[0].Token

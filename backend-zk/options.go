@@ -1,4 +1,4 @@
-package zkbackend
+package zksimba
 
 import (
 	"errors"
@@ -12,13 +12,13 @@ import (
 
 // ErrInvalidOption is wrapped by the errors [New] returns for an invalid
 // option or argument.
-var ErrInvalidOption = errors.New("zkbackend: invalid option")
+var ErrInvalidOption = errors.New("zksimba: invalid option")
 
 // ErrNotAuthorized is wrapped by the error of a call whose credentials the
 // namespace's ACL refuses (no [WithDigestAuth], or a wrong password): a
 // permanent error, which [Backend.Open] reports at once rather than a
 // later renewal. It also wraps go-zookeeper's zk.ErrNoAuth.
-var ErrNotAuthorized = errors.New("zkbackend: credentials refused by the namespace's ACL")
+var ErrNotAuthorized = errors.New("zksimba: credentials refused by the namespace's ACL")
 
 // An Option configures a [Backend] in [New].
 type Option func(*config) error

@@ -1,4 +1,4 @@
-package zkbackend
+package zksimba
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 const MaxRootLen = 512
 
 // ErrInvalidRoot is wrapped by every error [ValidateRoot] returns.
-var ErrInvalidRoot = errors.New("zkbackend: invalid namespace root")
+var ErrInvalidRoot = errors.New("zksimba: invalid namespace root")
 
 // ValidateRoot reports whether root is a valid namespace root: an absolute
 // ZooKeeper path of 1 to 16 elements, at most 512 bytes, each element 1 to

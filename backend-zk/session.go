@@ -1,4 +1,4 @@
-package zkbackend
+package zksimba
 
 import (
 	"context"
@@ -151,7 +151,7 @@ func (s *zsession) onEvent(ev zk.Event) {
 				s.readyMu.Do(func() { close(s.ready) })
 				return
 			}
-			s.log.Info("zkbackend: reconnected", "session", formatID(s.sid.Load()), "server", ev.Server, "negotiated", s.timeout())
+			s.log.Info("zksimba: reconnected", "session", formatID(s.sid.Load()), "server", ev.Server, "negotiated", s.timeout())
 			// go-zookeeper re-sets the watches, but if that failed a name
 			// would never be watched again: forget them, so the next failed
 			// attempt arms its watch anew (a duplicate fires once, too). An
@@ -205,7 +205,7 @@ func (s *zsession) markExpired(why string) {
 		return
 	}
 	if !s.closed.Load() {
-		s.log.Warn("zkbackend: session expired", "session", formatID(s.sid.Load()), "why", why)
+		s.log.Warn("zksimba: session expired", "session", formatID(s.sid.Load()), "why", why)
 	}
 	s.goneMu.Do(func() { close(s.gone) })
 	s.stopWatchdog()
@@ -256,7 +256,7 @@ func (s *zsession) close(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("zkbackend: close %s: %w", s.id, context.Cause(ctx))
+		return fmt.Errorf("zksimba: close %s: %w", s.id, context.Cause(ctx))
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
-	redisbackend "github.com/simba-go/simba/backend-redis"
+	redissimba "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/deadline"
 )
 
@@ -28,7 +28,7 @@ func redisSetup(ctx context.Context, ns string) (*backend, error) {
 		cl.run()
 		return nil, err
 	}
-	b, err := redisbackend.New(rdb, ns)
+	b, err := redissimba.New(rdb, ns)
 	if err != nil {
 		cl.run()
 		return nil, err

@@ -8,7 +8,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	zkbackend "github.com/simba-go/simba/backend-zk"
+	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/deadline"
 )
 
@@ -47,7 +47,7 @@ func zkSetup(ctx context.Context, ns string) (*backend, error) {
 		return nil, err
 	}
 	cl.add(connB.Close)
-	b, err := zkbackend.New(servers, root, zkbackend.WithLogger(slog.New(slog.DiscardHandler)))
+	b, err := zksimba.New(servers, root, zksimba.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		cl.run()
 		return nil, err

@@ -16,7 +16,7 @@ import (
 )
 
 func ExampleOpen() {
-	b, _ := memory.New() // in production: pgsimba, mysqlsimba, redisbackend or zkbackend
+	b, _ := memory.New() // in production: pgsimba, mysqlsimba, redissimba or zksimba
 	s, err := session.Open(context.Background(), b,
 		session.WithConfig(deadline.Config{LeaseDuration: 30 * time.Second}), // renews every 10s
 		session.WithLogger(nil))

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	redisbackend "github.com/simba-go/simba/backend-redis"
+	redissimba "github.com/simba-go/simba/backend-redis"
 )
 
 // RedisServer is a running Redis, standalone or a Cluster of three masters.
@@ -19,7 +19,7 @@ type RedisServer struct {
 	// Client is a client of the server (a cluster client for a Cluster).
 	Client redis.UniversalClient
 	// Backend is a Simba backend on Client, in the server's namespace.
-	Backend *redisbackend.Backend
+	Backend *redissimba.Backend
 	// Namespace is the backends' key namespace.
 	Namespace string
 }
@@ -41,9 +41,9 @@ func (s *RedisServer) NewClient(t testing.TB) redis.UniversalClient {
 
 // NewBackend returns another backend in the same namespace on a new client:
 // another process of the application under test.
-func (s *RedisServer) NewBackend(t testing.TB) *redisbackend.Backend {
+func (s *RedisServer) NewBackend(t testing.TB) *redissimba.Backend {
 	t.Helper()
-	b, err := redisbackend.New(s.NewClient(t), s.Namespace)
+	b, err := redissimba.New(s.NewClient(t), s.Namespace)
 	if err != nil {
 		t.Fatalf("simbatest: redis backend: %v", err)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	zkbackend "github.com/simba-go/simba/backend-zk"
+	zksimba "github.com/simba-go/simba/backend-zk"
 )
 
 // ZooKeeperServer is a running ZooKeeper, standalone or a three-node
@@ -19,7 +19,7 @@ type ZooKeeperServer struct {
 	Nodes []*Node
 	// Backend is a Simba backend (it owns its ZooKeeper client) under the
 	// root /simbatest/<namespace>.
-	Backend   *zkbackend.Backend
+	Backend   *zksimba.Backend
 	Namespace string
 }
 
@@ -31,9 +31,9 @@ func (s *ZooKeeperServer) Root() string { return "/simbatest/" + s.Namespace }
 
 // NewBackend returns another backend under the same root with its own
 // ZooKeeper session: another process of the application under test.
-func (s *ZooKeeperServer) NewBackend(t testing.TB, opts ...zkbackend.Option) *zkbackend.Backend {
+func (s *ZooKeeperServer) NewBackend(t testing.TB, opts ...zksimba.Option) *zksimba.Backend {
 	t.Helper()
-	b, err := zkbackend.New(s.Servers(), s.Root(), opts...)
+	b, err := zksimba.New(s.Servers(), s.Root(), opts...)
 	if err != nil {
 		t.Fatalf("simbatest: zookeeper backend: %v", err)
 	}

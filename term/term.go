@@ -18,7 +18,7 @@ var ErrExpired = errors.New("simba: term expired")
 // when a write carries a token lower than one that has already written: a
 // later term owns the resource, this writer's term is over, and its write
 // did not happen. Every backend's helper returns it (fence.ErrStale on SQL
-// and redisbackend.ErrFenced on Redis are this same value), so one check
+// and redissimba.ErrFenced on Redis are this same value), so one check
 // serves them all.
 var ErrFenced = errors.New("simba: fenced: a later term has written")
 

@@ -15,10 +15,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	redisbackend "github.com/simba-go/simba/backend-redis"
+	redissimba "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/backend-sql/mysqlsimba"
 	"github.com/simba-go/simba/backend-sql/pgsimba"
-	zkbackend "github.com/simba-go/simba/backend-zk"
+	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/session"
 )
 
@@ -177,7 +177,7 @@ func (t target) connect(ctx context.Context) (b session.Backend, shutdown func()
 			_ = rdb.Close()
 			return nil, nil, fmt.Errorf("connect to Redis %v: %w", t.addrs, err)
 		}
-		rb, err := redisbackend.New(rdb, t.namespace)
+		rb, err := redissimba.New(rdb, t.namespace)
 		if err != nil {
 			_ = rdb.Close()
 			return nil, nil, err
@@ -214,7 +214,7 @@ func (t target) connect(ctx context.Context) (b session.Backend, shutdown func()
 		}
 		return mb, func() { _ = mb.Shutdown(context.Background()); _ = db.Close() }, nil
 	case "zk":
-		zb, err := zkbackend.New(t.addrs, t.namespace)
+		zb, err := zksimba.New(t.addrs, t.namespace)
 		if err != nil {
 			return nil, nil, fmt.Errorf("ZooKeeper backend: %w", err)
 		}

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	redisbackend "github.com/simba-go/simba/backend-redis"
+	redissimba "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/term"
@@ -40,7 +40,7 @@ func main() {
 func run(ctx context.Context, addr, ns, name string, wait time.Duration) error {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	b, err := redisbackend.New(rdb, ns)
+	b, err := redissimba.New(rdb, ns)
 	if err != nil {
 		return err
 	}

@@ -28,10 +28,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	redisbackend "github.com/simba-go/simba/backend-redis"
+	redissimba "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/backend-sql/mysqlsimba"
 	"github.com/simba-go/simba/backend-sql/pgsimba"
-	zkbackend "github.com/simba-go/simba/backend-zk"
+	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/integration/faultcheck"
@@ -163,7 +163,7 @@ func open(ctx context.Context, kind, addr, ns string) (session.Backend, func(), 
 		} else {
 			c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addr, ","), ContextTimeoutEnabled: true})
 		}
-		b, err := redisbackend.New(c, ns)
+		b, err := redissimba.New(c, ns)
 		return b, func() { _ = c.Close() }, err
 	case "postgres":
 		pool, err := pgxpool.New(ctx, addr)
@@ -188,7 +188,7 @@ func open(ctx context.Context, kind, addr, ns string) (session.Backend, func(), 
 		}
 		return b, func() { _ = b.Shutdown(context.Background()); _ = db.Close() }, nil
 	case "zookeeper":
-		b, err := zkbackend.New(strings.Split(addr, ","), "/chaos/"+ns)
+		b, err := zksimba.New(strings.Split(addr, ","), "/chaos/"+ns)
 		if err != nil {
 			return nil, nil, err
 		}
