@@ -1,9 +1,9 @@
 package redissimba
 
 import (
-	"errors"
 	"fmt"
 
+	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/session/driver"
 )
 
@@ -11,8 +11,20 @@ import (
 const MaxNamespaceLen = 64
 
 // ErrInvalidNamespace is wrapped by the errors [ValidateNamespace] and
-// [New] return for a bad namespace.
-var ErrInvalidNamespace = errors.New("redissimba: invalid namespace")
+// [New] return for a bad namespace. errors.Is also matches such an error
+// against [deadline.ErrInvalidName], as on every backend.
+var ErrInvalidNamespace error = namespaceRule("redissimba: invalid namespace")
+
+// namespaceRule is the type of this package's namespace sentinel: it has
+// its own message, and errors.Is also matches it against
+// [deadline.ErrInvalidName], the one sentinel every backend's namespace
+// rule wraps (ADR 0061), so one check covers every backend.
+type namespaceRule string
+
+func (e namespaceRule) Error() string { return string(e) }
+
+// Is reports whether target is [deadline.ErrInvalidName].
+func (e namespaceRule) Is(target error) bool { return target == deadline.ErrInvalidName }
 
 // ValidateNamespace reports whether ns is a valid namespace: 1 to 64
 // characters of [A-Za-z0-9._-]. The rule keeps the namespace free of the

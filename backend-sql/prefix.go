@@ -3,6 +3,8 @@ package sqlbackend
 import (
 	"errors"
 	"fmt"
+
+	"github.com/simba-go/simba/deadline"
 )
 
 // DefaultPrefix is the table prefix used when none is given.
@@ -14,7 +16,20 @@ const DefaultPrefix = "simba"
 const MaxPrefixLen = 32
 
 // ErrInvalidPrefix is wrapped by every error [ValidatePrefix] returns.
-var ErrInvalidPrefix = errors.New("simba: invalid table prefix")
+// errors.Is also matches such an error against [deadline.ErrInvalidName],
+// as on every backend.
+var ErrInvalidPrefix error = namespaceRule("simba: invalid table prefix")
+
+// namespaceRule is the type of this package's namespace sentinel: it has
+// its own message, and errors.Is also matches it against
+// [deadline.ErrInvalidName], the one sentinel every backend's namespace
+// rule wraps (ADR 0061), so one check covers every backend.
+type namespaceRule string
+
+func (e namespaceRule) Error() string { return string(e) }
+
+// Is reports whether target is [deadline.ErrInvalidName].
+func (e namespaceRule) Is(target error) bool { return target == deadline.ErrInvalidName }
 
 // ValidatePrefix reports whether prefix is a valid table prefix: 1 to 32
 // characters of [a-z0-9_], starting with a letter. Lower case only, so the

@@ -1,16 +1,30 @@
 package zksimba
 
 import (
-	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/simba-go/simba/deadline"
 )
 
 // MaxRootLen is the longest namespace root path accepted by [ValidateRoot].
 const MaxRootLen = 512
 
 // ErrInvalidRoot is wrapped by every error [ValidateRoot] returns.
-var ErrInvalidRoot = errors.New("zksimba: invalid namespace root")
+// errors.Is also matches such an error against [deadline.ErrInvalidName],
+// as on every backend.
+var ErrInvalidRoot error = namespaceRule("zksimba: invalid namespace root")
+
+// namespaceRule is the type of this package's namespace sentinel: it has
+// its own message, and errors.Is also matches it against
+// [deadline.ErrInvalidName], the one sentinel every backend's namespace
+// rule wraps (ADR 0061), so one check covers every backend.
+type namespaceRule string
+
+func (e namespaceRule) Error() string { return string(e) }
+
+// Is reports whether target is [deadline.ErrInvalidName].
+func (e namespaceRule) Is(target error) bool { return target == deadline.ErrInvalidName }
 
 // ValidateRoot reports whether root is a valid namespace root: an absolute
 // ZooKeeper path of 1 to 16 elements, at most 512 bytes, each element 1 to

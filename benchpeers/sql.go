@@ -32,7 +32,7 @@ func postgresSetup(ctx context.Context, ns string) (*backend, error) {
 		return nil, err
 	}
 	cl.add(func() { _, _ = pool.Exec(context.Background(), "DROP TABLE "+tbl) })
-	b, err := pgsimba.New(ctx, pool, pgsimba.WithPrefix(ns))
+	b, err := pgsimba.New(ctx, pool, pgsimba.WithNamespace(ns))
 	if err != nil {
 		cl.run()
 		return nil, err
@@ -91,7 +91,7 @@ func mariadbSetup(ctx context.Context, ns string) (*backend, error) {
 		return nil, err
 	}
 	cl.add(func() { _ = del.Close() })
-	b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithPrefix(ns))
+	b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithNamespace(ns))
 	if err != nil {
 		cl.run()
 		return nil, err

@@ -39,7 +39,7 @@ func (s *PostgresServer) open(t testing.TB) (*pgxpool.Pool, *pgsimba.Backend) {
 	if err != nil {
 		t.Fatalf("simbatest: postgres pool: %v", err)
 	}
-	b, err := pgsimba.New(context.Background(), pool, pgsimba.WithPrefix(s.Namespace))
+	b, err := pgsimba.New(context.Background(), pool, pgsimba.WithNamespace(s.Namespace))
 	if err != nil {
 		pool.Close()
 		t.Fatalf("simbatest: postgres backend: %v", err)
@@ -115,7 +115,7 @@ func (s *MySQLServer) NewBackend(t testing.TB) *mysqlsimba.Backend {
 	if err != nil {
 		t.Fatalf("simbatest: mysql: %v", err)
 	}
-	b, err := mysqlsimba.New(context.Background(), db, mysqlsimba.WithPrefix(s.Namespace))
+	b, err := mysqlsimba.New(context.Background(), db, mysqlsimba.WithNamespace(s.Namespace))
 	if err != nil {
 		_ = db.Close()
 		t.Fatalf("simbatest: mysql backend: %v", err)

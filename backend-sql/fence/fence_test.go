@@ -72,7 +72,7 @@ func pgStore(t *testing.T, viaSQL bool) store {
 	})
 	s := store{name: "pgx", fences: ft,
 		backend: func(t *testing.T, p string) driver.Backend {
-			b, err := pgsimba.New(sqltest.Ctx(t), pool, pgsimba.WithPrefix(p))
+			b, err := pgsimba.New(sqltest.Ctx(t), pool, pgsimba.WithNamespace(p))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,7 +154,7 @@ func mysqlStore(t *testing.T) store {
 	})
 	s := store{name: "database/sql on MariaDB", fences: ft,
 		backend: func(t *testing.T, p string) driver.Backend {
-			b, err := mysqlsimba.New(sqltest.Ctx(t), db, mysqlsimba.WithPrefix(p))
+			b, err := mysqlsimba.New(sqltest.Ctx(t), db, mysqlsimba.WithNamespace(p))
 			if err != nil {
 				t.Fatal(err)
 			}

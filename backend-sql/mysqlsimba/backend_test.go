@@ -44,7 +44,7 @@ func ExampleNew() {
 		return
 	}
 	defer db.Close()
-	b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithPrefix("myapp"))
+	b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithNamespace("myapp"))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -61,7 +61,7 @@ func TestSchemaFromMigration(t *testing.T) {
 	db := newDB(t, dsn(t), nil)
 	prefix := sqltest.FreshPrefix()
 	t.Cleanup(func() { dropSchema(t, db, prefix) })
-	b, err := mysqlsimba.New(sqltest.Ctx(t), db, mysqlsimba.WithPrefix(prefix), mysqlsimba.WithoutSchemaCreation())
+	b, err := mysqlsimba.New(sqltest.Ctx(t), db, mysqlsimba.WithNamespace(prefix), mysqlsimba.WithoutSchemaCreation())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func bench(b *testing.B) sqltest.Bench {
 				prefix = sqltest.FreshPrefix()
 			}
 			if schemaMade[prefix] {
-				be, err := mysqlsimba.New(sqltest.Ctx(b), db, mysqlsimba.WithPrefix(prefix))
+				be, err := mysqlsimba.New(sqltest.Ctx(b), db, mysqlsimba.WithNamespace(prefix))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -28,7 +28,7 @@ func TestConformance(t *testing.T) {
 			mu.Lock()
 			prefixes[namespace] = true
 			mu.Unlock()
-			b, err := mysqlsimba.New(t.Context(), db, mysqlsimba.WithPrefix(namespace))
+			b, err := mysqlsimba.New(t.Context(), db, mysqlsimba.WithNamespace(namespace))
 			if err != nil {
 				t.Fatalf("mysqlsimba.New(%q): %v", namespace, err)
 			}

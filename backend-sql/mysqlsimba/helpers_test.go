@@ -56,7 +56,7 @@ func newBackend(t testing.TB, db *sql.DB, prefix string) *mysqlsimba.Backend {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithPrefix(prefix))
+	b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithNamespace(prefix))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -89,7 +89,7 @@ func harness(t *testing.T) sqltest.Harness {
 	db := newDB(t, d, nil)
 	return sqltest.Harness{
 		New: func(ctx context.Context, prefix string) (driver.Backend, func(), error) {
-			b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithPrefix(prefix))
+			b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithNamespace(prefix))
 			if err != nil {
 				return nil, nil, err
 			}

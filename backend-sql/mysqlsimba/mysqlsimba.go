@@ -25,10 +25,16 @@ type config struct {
 	createSchema bool
 }
 
-// WithPrefix sets the table prefix, which names the namespace (default
-// [sqlbackend.DefaultPrefix]). It must pass [sqlbackend.ValidatePrefix];
-// New returns the error otherwise.
-func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
+// WithNamespace sets the namespace (default [sqlbackend.DefaultPrefix]),
+// which prefixes the names of its tables and routines. It must pass
+// [sqlbackend.ValidatePrefix]; New returns the error otherwise, which
+// errors.Is matches against [deadline.ErrInvalidName] as on every backend.
+func WithNamespace(ns string) Option { return func(c *config) { c.prefix = ns } }
+
+// WithPrefix is the former name of [WithNamespace].
+//
+// Deprecated: use [WithNamespace], the option's name on every backend.
+func WithPrefix(prefix string) Option { return WithNamespace(prefix) }
 
 // WithoutSchemaCreation makes [New] assume the tables and procedures exist
 // (created from [Schema] by a migration tool) instead of creating them.

@@ -14,7 +14,7 @@ func TestSchemaVersions(t *testing.T) {
 	sqltest.RunSchema(t, sqltest.Schema{
 		Label: "mysqlsimba",
 		New: func(t *testing.T, prefix string, create bool) (driver.Backend, error) {
-			opts := []mysqlsimba.Option{mysqlsimba.WithPrefix(prefix)}
+			opts := []mysqlsimba.Option{mysqlsimba.WithNamespace(prefix)}
 			if !create {
 				opts = append(opts, mysqlsimba.WithoutSchemaCreation())
 			}

@@ -29,7 +29,7 @@ func TestSchemaAndChannelValidatePrefix(t *testing.T) {
 
 func ExampleConnect() {
 	ctx := context.Background()
-	b, err := pgsimba.Connect(ctx, "postgres://postgres@127.0.0.1:5432/test", pgsimba.WithPrefix("myapp"))
+	b, err := pgsimba.Connect(ctx, "postgres://postgres@127.0.0.1:5432/test", pgsimba.WithNamespace("myapp"))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -58,7 +58,7 @@ func ExampleNew() {
 		return
 	}
 	defer pool.Close()
-	b, err := pgsimba.New(ctx, pool, pgsimba.WithPrefix("billing"))
+	b, err := pgsimba.New(ctx, pool, pgsimba.WithNamespace("billing"))
 	if err != nil {
 		fmt.Println(err) // errors.Is(err, sqlbackend.ErrInvalidPrefix) for a bad prefix
 		return
@@ -78,7 +78,7 @@ func TestSchemaFromMigration(t *testing.T) {
 	pool := newPool(t, pgURL(t), nil)
 	prefix := sqltest.FreshPrefix()
 	t.Cleanup(func() { dropSchema(t, pool, prefix) })
-	b, err := pgsimba.New(sqltest.Ctx(t), pool, pgsimba.WithPrefix(prefix), pgsimba.WithoutSchemaCreation())
+	b, err := pgsimba.New(sqltest.Ctx(t), pool, pgsimba.WithNamespace(prefix), pgsimba.WithoutSchemaCreation())
 	if err != nil {
 		t.Fatal(err)
 	}

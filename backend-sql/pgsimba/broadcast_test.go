@@ -50,7 +50,7 @@ func TestBroadcastRelease(t *testing.T) {
 	pool := newPool(t, pgURL(t), nil)
 	prefix := sqltest.FreshPrefix()
 	a := newBackend(t, pool, prefix)
-	b, err := pgsimba.New(ctxT(t), pool, pgsimba.WithPrefix(prefix))
+	b, err := pgsimba.New(ctxT(t), pool, pgsimba.WithNamespace(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestSubscribeStop(t *testing.T) {
 
 	// A witness subscribed on another backend value sees the release, so by
 	// then the stopped one would have seen it too.
-	w, err := pgsimba.New(ctxT(t), pool, pgsimba.WithPrefix(prefix))
+	w, err := pgsimba.New(ctxT(t), pool, pgsimba.WithNamespace(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

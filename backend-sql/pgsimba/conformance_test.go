@@ -28,7 +28,7 @@ func TestConformance(t *testing.T) {
 			mu.Lock()
 			prefixes[namespace] = true
 			mu.Unlock()
-			b, err := pgsimba.New(t.Context(), pool, pgsimba.WithPrefix(namespace))
+			b, err := pgsimba.New(t.Context(), pool, pgsimba.WithNamespace(namespace))
 			if err != nil {
 				t.Fatalf("pgsimba.New(%q): %v", namespace, err)
 			}

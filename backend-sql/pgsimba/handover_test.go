@@ -38,7 +38,7 @@ func TestEngineHandoverByNotify(t *testing.T) {
 	prefix := sqltest.FreshPrefix()
 	newBackend(t, pool, prefix) // creates the schema, drops it at the end
 	open := func() (*session.Session, terms, layer.Claim) {
-		b, err := pgsimba.New(ctxT(t), pool, pgsimba.WithPrefix(prefix))
+		b, err := pgsimba.New(ctxT(t), pool, pgsimba.WithNamespace(prefix))
 		if err != nil {
 			t.Fatal(err)
 		}

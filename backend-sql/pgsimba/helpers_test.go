@@ -53,7 +53,7 @@ func newBackend(t testing.TB, pool *pgxpool.Pool, prefix string) *pgsimba.Backen
 	if prefix == "" {
 		prefix = sqltest.FreshPrefix()
 	}
-	b, err := pgsimba.New(sqltest.Ctx(t), pool, pgsimba.WithPrefix(prefix))
+	b, err := pgsimba.New(sqltest.Ctx(t), pool, pgsimba.WithNamespace(prefix))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -94,7 +94,7 @@ func harness(t *testing.T) sqltest.Harness {
 	pool := newPool(t, url, nil)
 	return sqltest.Harness{
 		New: func(ctx context.Context, prefix string) (driver.Backend, func(), error) {
-			b, err := pgsimba.New(ctx, pool, pgsimba.WithPrefix(prefix))
+			b, err := pgsimba.New(ctx, pool, pgsimba.WithNamespace(prefix))
 			if err != nil {
 				return nil, nil, err
 			}
@@ -164,7 +164,7 @@ func engine(t *testing.T) sqltest.Engine {
 
 // newBackendNoDrop is another client of an existing namespace.
 func newBackendNoDrop(t testing.TB, pool *pgxpool.Pool, prefix string) (*pgsimba.Backend, error) {
-	b, err := pgsimba.New(sqltest.Ctx(t), pool, pgsimba.WithPrefix(prefix))
+	b, err := pgsimba.New(sqltest.Ctx(t), pool, pgsimba.WithNamespace(prefix))
 	if err != nil {
 		return nil, err
 	}

@@ -81,7 +81,7 @@ func TestFailingListenerIsLogged(t *testing.T) {
 	prefix := sqltest.FreshPrefix()
 	newBackend(t, pool, prefix)
 	var rec records
-	b, err := pgsimba.New(ctxT(t), pool, pgsimba.WithPrefix(prefix), pgsimba.WithLogger(slog.New(&rec)))
+	b, err := pgsimba.New(ctxT(t), pool, pgsimba.WithNamespace(prefix), pgsimba.WithLogger(slog.New(&rec)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ func TestSchemaVersions(t *testing.T) {
 	sqltest.RunSchema(t, sqltest.Schema{
 		Label: "pgsimba",
 		New: func(t *testing.T, prefix string, create bool) (driver.Backend, error) {
-			opts := []pgsimba.Option{pgsimba.WithPrefix(prefix)}
+			opts := []pgsimba.Option{pgsimba.WithNamespace(prefix)}
 			if !create {
 				opts = append(opts, pgsimba.WithoutSchemaCreation())
 			}

@@ -190,7 +190,7 @@ func (t target) connect(ctx context.Context) (b session.Backend, shutdown func()
 		}
 		var opts []pgsimba.Option
 		if t.namespace != "" {
-			opts = append(opts, pgsimba.WithPrefix(t.namespace))
+			opts = append(opts, pgsimba.WithNamespace(t.namespace))
 		}
 		pb, err := pgsimba.New(ctx, pool, opts...)
 		if err != nil {
@@ -205,7 +205,7 @@ func (t target) connect(ctx context.Context) (b session.Backend, shutdown func()
 		}
 		var opts []mysqlsimba.Option
 		if t.namespace != "" {
-			opts = append(opts, mysqlsimba.WithPrefix(t.namespace))
+			opts = append(opts, mysqlsimba.WithNamespace(t.namespace))
 		}
 		mb, err := mysqlsimba.New(ctx, db, opts...)
 		if err != nil {

@@ -170,7 +170,7 @@ func open(ctx context.Context, kind, addr, ns string) (session.Backend, func(), 
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := pgsimba.New(ctx, pool, pgsimba.WithPrefix(ns))
+		b, err := pgsimba.New(ctx, pool, pgsimba.WithNamespace(ns))
 		if err != nil {
 			pool.Close()
 			return nil, nil, err
@@ -181,7 +181,7 @@ func open(ctx context.Context, kind, addr, ns string) (session.Backend, func(), 
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithPrefix(ns))
+		b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithNamespace(ns))
 		if err != nil {
 			_ = db.Close()
 			return nil, nil, err
