@@ -15,11 +15,11 @@ import (
 	"github.com/simba-go/simba/term"
 )
 
-// The idiomatic way in: fx.New with fxsimba.Module, your backend, your jobs.
+// The idiomatic way in: fx.New with fx.Provide(fxsimba.Module), your backend, your jobs.
 func ExampleModule() {
 	ran := make(chan string, 1)
 	app := fx.New(
-		fxsimba.Module,
+		fx.Provide(fxsimba.Module),
 		// In production: pgsimba, mysqlsimba, backend-redis or backend-zk,
 		// built from the driver client your application already provides.
 		fx.Provide(func() (session.Backend, error) { return memory.New() }),
@@ -44,7 +44,7 @@ func ExampleModule() {
 func ExampleWhileLeader() {
 	started, stopped := make(chan struct{}), make(chan error, 1)
 	app := fx.New(
-		fxsimba.Module,
+		fx.Provide(fxsimba.Module),
 		fx.Provide(func() (session.Backend, error) { return memory.New() }),
 		fx.Supply(slog.New(slog.DiscardHandler)),
 		fxsimba.WhileLeader("indexer", func(ctx context.Context, t *term.Term) error {
