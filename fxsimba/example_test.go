@@ -106,3 +106,62 @@ func ExampleStartJobs() {
 	_ = jobs.Stop(context.Background())
 	// Output: token 1
 }
+
+// Wiring is Module as an fx.Option: it builds the session even when nothing
+// in the graph takes it.
+func ExampleWiring() {
+	var s *session.Session
+	app := fx.New(
+		fxsimba.Wiring,
+		fx.Provide(func() (session.Backend, error) { return memory.New() }),
+		fx.Supply(slog.New(slog.DiscardHandler)),
+		fx.Populate(&s),
+		fx.NopLogger,
+	)
+	if err := app.Start(context.Background()); err != nil {
+		fmt.Println(err)
+		return
+	}
+	select {
+	case <-s.Ready():
+		fmt.Println("session open after start")
+	default:
+		fmt.Println("session not open")
+	}
+	_ = app.Stop(context.Background())
+	// Output: session open after start
+}
+
+// A job's handle, reached through the Jobs registry of the graph: step down
+// before a deploy so that another node takes over at once.
+func ExampleJobHandle_StepDown() {
+	elected := make(chan struct{}, 1)
+	var jobs *fxsimba.Jobs
+	app := fx.New(
+		fx.Provide(fxsimba.Module),
+		fx.Provide(func() (session.Backend, error) { return memory.New() }),
+		fx.Supply(slog.New(slog.DiscardHandler)),
+		fxsimba.WhileLeader("indexer", func(ctx context.Context, _ *term.Term) error {
+			elected <- struct{}{}
+			<-ctx.Done()
+			return nil
+		}),
+		fx.Populate(&jobs),
+		fx.NopLogger,
+	)
+	if err := app.Start(context.Background()); err != nil {
+		fmt.Println(err)
+		return
+	}
+	<-elected
+	h, _ := jobs.Get("indexer")
+	fmt.Println("leader:", h.IsLeader())
+	if err := h.StepDown(context.Background(), time.Hour); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println("leader:", h.IsLeader(), "status:", h.Status())
+	_ = app.Stop(context.Background())
+	// Output:
+	// leader: true
+	// leader: false status: COOLDOWN
+}

@@ -406,3 +406,36 @@ func TestStartJobsWithoutFx(t *testing.T) {
 		}
 	})
 }
+
+// A handle exists from construction, so constructors can keep it; before
+// start it reports Stopped and refuses StepDown.
+func TestJobHandleBeforeStart(t *testing.T) {
+	var jobs *fxsimba.Jobs
+	app := fx.New(fx.Provide(fxsimba.Module), backend(newMemory(t)), env(nil), quiet(),
+		fxsimba.WhileLeader("early", func(ctx context.Context, _ *term.Term) error { <-ctx.Done(); return nil }),
+		fx.Populate(&jobs), fx.NopLogger)
+	if err := app.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := jobs.Get("other"); ok {
+		t.Fatal(`Get("other") found a job that was never registered`)
+	}
+	h, ok := jobs.Get("early")
+	if !ok {
+		t.Fatal(`Get("early") found nothing`)
+	}
+	if h.IsLeader() || h.Status() != election.Stopped {
+		t.Fatalf("before start: IsLeader %v, status %v; want false, STOPPED", h.IsLeader(), h.Status())
+	}
+	if err := h.StepDown(context.Background(), time.Second); !errors.Is(err, fxsimba.ErrJobNotRunning) {
+		t.Fatalf("StepDown before start: %v, want ErrJobNotRunning", err)
+	}
+	// The session was built (it runs from construction): start and stop
+	// it so goleak finds nothing.
+	if err := app.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
