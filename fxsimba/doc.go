@@ -1,15 +1,17 @@
 // Package fxsimba wires Simba into go.uber.org/fx applications.
 //
-// The idiomatic way in is [Module], with your backend and your jobs:
+// The way in is the constructor [Module], with your backend and your jobs:
 //
 //	fx.New(
-//		fxsimba.Module,
-//		fx.Provide(func(pool *pgxpool.Pool) (session.Backend, error) { return pgsimba.New(context.Background(), pool) }),
+//		fx.Provide(fxsimba.Module),
+//		fx.Provide(newBackend), // no I/O here: see the README's backend pattern
 //		fxsimba.LeaderJob("cleanup", time.Hour, cleanup),
 //		fxsimba.WhileLeader("indexer", index),
 //	).Run()
 //
-// [Module] provides the *session.Session: the session is opened on start
+// [Wiring] is the same as an fx.Option. [Module] provides the *session.Session
+// and the [Jobs] registry, whose [JobHandle]s step a job down, or tell
+// whether this node leads it. The session is opened on start
 // (start waits until the backend has granted it) and closed on stop, which
 // releases every lease at once. Jobs are leader-only: each is one election
 // for its name, started on start and stopped on stop in handover order (the
@@ -30,7 +32,7 @@
 //
 // # What is the application's
 //
-// The module provides the session and nothing else. The session.Backend
+// The module provides the session and the jobs registry, nothing else. The session.Backend
 // (and the driver client behind it), the *slog.Logger and the
 // OpenTelemetry setup are the application's: provide them, and add
 // session options such as an otelsimba listener with [SessionOption] or

@@ -15,11 +15,11 @@ import (
 	"github.com/simba-go/simba/term"
 )
 
-// The idiomatic way in: fx.New with fxsimba.Module, your backend, your jobs.
+// The idiomatic way in: fx.New with fx.Provide(fxsimba.Module), your backend, your jobs.
 func ExampleModule() {
 	ran := make(chan string, 1)
 	app := fx.New(
-		fxsimba.Module,
+		fx.Provide(fxsimba.Module),
 		// In production: pgsimba, mysqlsimba, backend-redis or backend-zk,
 		// built from the driver client your application already provides.
 		fx.Provide(func() (session.Backend, error) { return memory.New() }),
@@ -44,7 +44,7 @@ func ExampleModule() {
 func ExampleWhileLeader() {
 	started, stopped := make(chan struct{}), make(chan error, 1)
 	app := fx.New(
-		fxsimba.Module,
+		fx.Provide(fxsimba.Module),
 		fx.Provide(func() (session.Backend, error) { return memory.New() }),
 		fx.Supply(slog.New(slog.DiscardHandler)),
 		fxsimba.WhileLeader("indexer", func(ctx context.Context, t *term.Term) error {
@@ -105,4 +105,63 @@ func ExampleStartJobs() {
 	fmt.Println("token", <-ran)
 	_ = jobs.Stop(context.Background())
 	// Output: token 1
+}
+
+// Wiring is Module as an fx.Option: it builds the session even when nothing
+// in the graph takes it.
+func ExampleWiring() {
+	var s *session.Session
+	app := fx.New(
+		fxsimba.Wiring,
+		fx.Provide(func() (session.Backend, error) { return memory.New() }),
+		fx.Supply(slog.New(slog.DiscardHandler)),
+		fx.Populate(&s),
+		fx.NopLogger,
+	)
+	if err := app.Start(context.Background()); err != nil {
+		fmt.Println(err)
+		return
+	}
+	select {
+	case <-s.Ready():
+		fmt.Println("session open after start")
+	default:
+		fmt.Println("session not open")
+	}
+	_ = app.Stop(context.Background())
+	// Output: session open after start
+}
+
+// A job's handle, reached through the Jobs registry of the graph: step down
+// before a deploy so that another node takes over at once.
+func ExampleJobHandle_StepDown() {
+	elected := make(chan struct{}, 1)
+	var jobs *fxsimba.Jobs
+	app := fx.New(
+		fx.Provide(fxsimba.Module),
+		fx.Provide(func() (session.Backend, error) { return memory.New() }),
+		fx.Supply(slog.New(slog.DiscardHandler)),
+		fxsimba.WhileLeader("indexer", func(ctx context.Context, _ *term.Term) error {
+			elected <- struct{}{}
+			<-ctx.Done()
+			return nil
+		}),
+		fx.Populate(&jobs),
+		fx.NopLogger,
+	)
+	if err := app.Start(context.Background()); err != nil {
+		fmt.Println(err)
+		return
+	}
+	<-elected
+	h, _ := jobs.Get("indexer")
+	fmt.Println("leader:", h.IsLeader())
+	if err := h.StepDown(context.Background(), time.Hour); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println("leader:", h.IsLeader(), "status:", h.Status())
+	_ = app.Stop(context.Background())
+	// Output:
+	// leader: true
+	// leader: false status: COOLDOWN
 }

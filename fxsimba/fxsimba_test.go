@@ -83,7 +83,7 @@ func TestModuleOpensRunsJobsAndCloses(t *testing.T) {
 		var mu sync.Mutex
 		var indexerCause error
 		app := fxtest.New(t,
-			fxsimba.Module,
+			fx.Provide(fxsimba.Module),
 			backend(b), env(nil), quiet(),
 			fxsimba.LeaderJob("cleanup", time.Second, func(ctx context.Context, tm *term.Term) error {
 				mu.Lock()
@@ -138,7 +138,7 @@ func TestStopHandsOverInOrder(t *testing.T) {
 		b := newMemory(t)
 		var l log
 		node := func(name string, c session.Backend) *fxtest.App {
-			return fxtest.New(t, fxsimba.Module, backend(c), env(nil), quiet(),
+			return fxtest.New(t, fx.Provide(fxsimba.Module), backend(c), env(nil), quiet(),
 				fxsimba.WhileLeader("indexer", func(ctx context.Context, tm *term.Term) error {
 					l.add("%s start %d", name, tm.Token())
 					<-ctx.Done()
@@ -169,7 +169,7 @@ func TestConfigFromGraphAndEnvironment(t *testing.T) {
 		var cfg fxsimba.Config
 		cfg.Session.LeaseDuration = fxsimba.Duration(6 * time.Second)
 		cfg.Session.MinBackoff = fxsimba.Duration(time.Second) // stays: not in the environment
-		app := fxtest.New(t, fxsimba.Module, backend(newMemory(t)), quiet(),
+		app := fxtest.New(t, fx.Provide(fxsimba.Module), backend(newMemory(t)), quiet(),
 			fx.Supply(cfg),
 			env(map[string]string{"SIMBA_SESSION_RENEW_INTERVAL": "1s", "SIMBA_SESSION_MARGIN": "0s", "SIMBA_SESSION_DRIFT": ""}),
 			fx.Populate(&s))
@@ -202,7 +202,7 @@ func TestInvalidConfigFailsNew(t *testing.T) {
 			[]string{"simba.session.leaseDuration × (1 − simba.session.drift) − simba.session.margin > simba.session.renewInterval"}, deadline.ErrInvalidConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			app := fx.New(fxsimba.Module, backend(newMemory(t)), env(tc.vars), fx.NopLogger)
+			app := fx.New(fxsimba.Wiring, backend(newMemory(t)), env(tc.vars), fx.NopLogger)
 			err := app.Err()
 			if !errors.Is(err, tc.wrapped) {
 				t.Fatalf("Err() = %v, want one wrapping %v", err, tc.wrapped)
@@ -233,7 +233,7 @@ func TestInvalidJobsFailNew(t *testing.T) {
 		})}, fxsimba.ErrInvalidJob},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			opts := append([]fx.Option{fxsimba.Module, backend(newMemory(t)), env(nil), fx.NopLogger}, tc.opts...)
+			opts := append([]fx.Option{fx.Provide(fxsimba.Module), backend(newMemory(t)), env(nil), fx.NopLogger}, tc.opts...)
 			if err := fx.New(opts...).Err(); !errors.Is(err, tc.wrapped) {
 				t.Fatalf("Err() = %v, want one wrapping %v", err, tc.wrapped)
 			}
@@ -242,7 +242,7 @@ func TestInvalidJobsFailNew(t *testing.T) {
 }
 
 func TestMissingBackendFailsNew(t *testing.T) {
-	err := fx.New(fxsimba.Module, env(nil), fx.NopLogger).Err()
+	err := fx.New(fxsimba.Wiring, env(nil), fx.NopLogger).Err()
 	// session.Backend is an alias: fx names the type it stands for.
 	if err == nil || !strings.Contains(err.Error(), "driver.Backend") {
 		t.Fatalf("Err() = %v, want a missing driver.Backend (session.Backend)", err)
@@ -254,7 +254,7 @@ func TestStartFailsWhenNoSessionOpens(t *testing.T) {
 		b := newMemory(t)
 		b.Pause() // the backend never answers
 		var s *session.Session
-		app := fx.New(fxsimba.Module, backend(b), env(nil), quiet(), fx.NopLogger, fx.Populate(&s),
+		app := fx.New(fx.Provide(fxsimba.Module), backend(b), env(nil), quiet(), fx.NopLogger, fx.Populate(&s),
 			fxsimba.WhileLeader("j", func(context.Context, *term.Term) error { return nil }))
 		if err := app.Err(); err != nil {
 			t.Fatal(err)
@@ -282,7 +282,7 @@ func TestAsJobWithDependenciesAndSessionOptions(t *testing.T) {
 		var mu sync.Mutex
 		var got []string
 		var kinds []session.EventKind
-		app := fxtest.New(t, fxsimba.Module, backend(newMemory(t)), env(nil), quiet(),
+		app := fxtest.New(t, fx.Provide(fxsimba.Module), backend(newMemory(t)), env(nil), quiet(),
 			fx.Supply(greeting("hello")),
 			fxsimba.AsJob(func(g greeting) fxsimba.Job {
 				return fxsimba.Job{Name: "greeter", Every: time.Minute, Task: func(ctx context.Context, tm *term.Term) error {
@@ -316,7 +316,7 @@ func TestJobErrorsGoToTheLogger(t *testing.T) {
 		var buf bytes.Buffer
 		var mu sync.Mutex
 		logger := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelError}))
-		app := fxtest.New(t, fxsimba.Module, backend(newMemory(t)), env(nil), fx.Supply(logger),
+		app := fxtest.New(t, fx.Provide(fxsimba.Module), backend(newMemory(t)), env(nil), fx.Supply(logger),
 			fxsimba.LeaderJob("flaky", time.Second, func(context.Context, *term.Term) error { return errors.New("disk full") }),
 			fxsimba.WhileLeader("quitter", func(context.Context, *term.Term) error { return errors.New("gave up") }))
 		app.RequireStart()
@@ -405,4 +405,37 @@ func TestStartJobsWithoutFx(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A handle exists from construction, so constructors can keep it; before
+// start it reports Stopped and refuses StepDown.
+func TestJobHandleBeforeStart(t *testing.T) {
+	var jobs *fxsimba.Jobs
+	app := fx.New(fx.Provide(fxsimba.Module), backend(newMemory(t)), env(nil), quiet(),
+		fxsimba.WhileLeader("early", func(ctx context.Context, _ *term.Term) error { <-ctx.Done(); return nil }),
+		fx.Populate(&jobs), fx.NopLogger)
+	if err := app.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := jobs.Get("other"); ok {
+		t.Fatal(`Get("other") found a job that was never registered`)
+	}
+	h, ok := jobs.Get("early")
+	if !ok {
+		t.Fatal(`Get("early") found nothing`)
+	}
+	if h.IsLeader() || h.Status() != election.Stopped {
+		t.Fatalf("before start: IsLeader %v, status %v; want false, STOPPED", h.IsLeader(), h.Status())
+	}
+	if err := h.StepDown(context.Background(), time.Second); !errors.Is(err, fxsimba.ErrJobNotRunning) {
+		t.Fatalf("StepDown before start: %v, want ErrJobNotRunning", err)
+	}
+	// The session was built (it runs from construction): start and stop
+	// it so goleak finds nothing.
+	if err := app.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }

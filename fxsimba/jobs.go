@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/fx"
@@ -76,8 +77,15 @@ func supplyJob(j Job) fx.Option {
 	if err := j.validate(); err != nil {
 		return fx.Error(err)
 	}
-	return fx.Provide(fx.Annotate(func() Job { return j }, fx.ResultTags(groupJobs)))
+	return fx.Options(
+		fx.Provide(fx.Annotate(func() Job { return j }, fx.ResultTags(groupJobs))),
+		needJobs,
+	)
 }
+
+// needJobs makes fx build the registry, hence run [Module], in an
+// application that registers jobs but takes nothing Module provides.
+var needJobs = fx.Invoke(func(*Jobs) {})
 
 // AsJob registers the [Job] that constructor returns, for jobs that need
 // other values of the graph:
@@ -86,12 +94,79 @@ func supplyJob(j Job) fx.Option {
 //		return fxsimba.Job{Name: "purge", Every: time.Hour, Task: purger(db)}
 //	})
 func AsJob(constructor any) fx.Option {
-	return fx.Provide(fx.Annotate(constructor, fx.ResultTags(groupJobs)))
+	return fx.Options(fx.Provide(fx.Annotate(constructor, fx.ResultTags(groupJobs))), needJobs)
 }
 
-// Jobs is a set of running jobs, one election each.
+// ErrJobNotRunning is wrapped by [JobHandle.StepDown] before the job's
+// election has started (before fx's start hooks have run).
+var ErrJobNotRunning = errors.New("fxsimba: job not running")
+
+// Jobs is the registry of an application's leader jobs, one election each.
+// [Module] provides it to the fx graph, so any constructor or hook can take
+// a *Jobs and reach a job by name.
 type Jobs struct {
-	elections []*election.Election
+	handles []*JobHandle
+	byName  map[string]*JobHandle
+	jobs    []Job
+}
+
+// JobHandle is one leader job as the rest of the application sees it: it
+// exists from construction, and reaches the job's election between start
+// and stop.
+type JobHandle struct {
+	name string
+	// e is set by start, read by any goroutine of the application.
+	e atomic.Pointer[election.Election]
+}
+
+// Name is the job's lease name.
+func (h *JobHandle) Name() string { return h.name }
+
+// Election returns the job's election, or nil before start.
+func (h *JobHandle) Election() *election.Election { return h.e.Load() }
+
+// Status is the state of the job's election; election.Stopped before
+// start.
+func (h *JobHandle) Status() election.Status {
+	if e := h.e.Load(); e != nil {
+		return e.Status()
+	}
+	return election.Stopped
+}
+
+// IsLeader reports whether this node leads the job now. Leadership can end
+// at any moment after it returns: leader-only writes must be fenced with
+// the term's token, not guarded by IsLeader.
+func (h *JobHandle) IsLeader() bool { return h.Status() == election.Leader }
+
+// StepDown gives up the job's leadership, if held, and stays out of the
+// election for cooldown (election.Election.StepDown): before a deploy, so
+// another node takes over at once. It wraps [ErrJobNotRunning] before
+// start, and the election's error after stop.
+func (h *JobHandle) StepDown(ctx context.Context, cooldown time.Duration) error {
+	e := h.e.Load()
+	if e == nil {
+		return fmt.Errorf("%w: %q", ErrJobNotRunning, h.name)
+	}
+	if err := e.StepDown(ctx, cooldown); err != nil {
+		return fmt.Errorf("fxsimba: step down %q: %w", h.name, err)
+	}
+	return nil
+}
+
+// Get returns the handle of the job named name, and whether there is one.
+func (js *Jobs) Get(name string) (*JobHandle, bool) {
+	h, ok := js.byName[name]
+	return h, ok
+}
+
+// Names returns the jobs' names, in start order.
+func (js *Jobs) Names() []string {
+	names := make([]string, len(js.handles))
+	for i, h := range js.handles {
+		names[i] = h.name
+	}
+	return names
 }
 
 // CheckJobs reports the first invalid job, or a name used twice.
@@ -109,19 +184,40 @@ func CheckJobs(jobs ...Job) error {
 	return nil
 }
 
+// newJobs checks the jobs and builds their registry, with no election yet.
+func newJobs(jobs ...Job) (*Jobs, error) {
+	if err := CheckJobs(jobs...); err != nil {
+		return nil, err
+	}
+	js := &Jobs{byName: make(map[string]*JobHandle, len(jobs)), jobs: jobs}
+	for _, j := range jobs {
+		h := &JobHandle{name: j.Name}
+		js.handles = append(js.handles, h)
+		js.byName[j.Name] = h
+	}
+	return js, nil
+}
+
 // StartJobs starts one election per job on s, in order. log receives the
 // errors of jobs without OnError (nil: slog.Default). If a job cannot
 // start, those already started are stopped and the error returned. It does
 // not block: the elections compete in the background.
 func StartJobs(s *session.Session, log *slog.Logger, jobs ...Job) (*Jobs, error) {
-	if err := CheckJobs(jobs...); err != nil {
+	js, err := newJobs(jobs...)
+	if err != nil {
 		return nil, err
 	}
+	if err := js.start(s, log); err != nil {
+		return nil, err
+	}
+	return js, nil
+}
+
+func (js *Jobs) start(s *session.Session, log *slog.Logger) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	js := &Jobs{}
-	for _, j := range jobs {
+	for i, j := range js.jobs {
 		onError := j.OnError
 		if onError == nil {
 			name := j.Name
@@ -145,16 +241,22 @@ func StartJobs(s *session.Session, log *slog.Logger, jobs ...Job) (*Jobs, error)
 		e, err := election.Start(s, j.Name, append([]election.Option{run}, j.Options...)...)
 		if err != nil {
 			stopErr := js.Stop(context.Background())
-			return nil, errors.Join(fmt.Errorf("fxsimba: start job %q: %w", j.Name, err), stopErr)
+			return errors.Join(fmt.Errorf("fxsimba: start job %q: %w", j.Name, err), stopErr)
 		}
-		js.elections = append(js.elections, e)
+		js.handles[i].e.Store(e)
 	}
-	return js, nil
+	return nil
 }
 
-// Elections returns the jobs' elections, in start order.
+// Elections returns the jobs' elections, in start order (those started).
 func (js *Jobs) Elections() []*election.Election {
-	return append([]*election.Election(nil), js.elections...)
+	var es []*election.Election
+	for _, h := range js.handles {
+		if e := h.e.Load(); e != nil {
+			es = append(es, e)
+		}
+	}
+	return es
 }
 
 // Stop stops every job's election, the last started first, each in
@@ -163,43 +265,14 @@ func (js *Jobs) Elections() []*election.Election {
 // are stopped or ctx ends.
 func (js *Jobs) Stop(ctx context.Context) error {
 	var errs []error
-	for i := len(js.elections) - 1; i >= 0; i-- {
-		e := js.elections[i]
+	for i := len(js.handles) - 1; i >= 0; i-- {
+		e := js.handles[i].e.Load()
+		if e == nil {
+			continue
+		}
 		if err := e.Stop(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("fxsimba: stop job %q: %w", e.Name(), err))
 		}
 	}
 	return errors.Join(errs...)
-}
-
-type jobsParams struct {
-	fx.In
-
-	Lifecycle fx.Lifecycle
-	Session   *session.Session
-	Logger    *slog.Logger `optional:"true"`
-	Jobs      []Job        `group:"simba.jobs"`
-}
-
-type checkParams struct {
-	fx.In
-
-	Jobs []Job `group:"simba.jobs"`
-}
-
-// checkJobs makes a bad job fail fx.New.
-func checkJobs(p checkParams) error { return CheckJobs(p.Jobs...) }
-
-// startJobs runs the jobs between start and stop. Its hook is appended after
-// the session's, so fx stops the jobs before it closes the session.
-func startJobs(p jobsParams) {
-	var js *Jobs
-	p.Lifecycle.Append(fx.Hook{
-		OnStart: func(context.Context) error {
-			var err error
-			js, err = StartJobs(p.Session, p.Logger, p.Jobs...)
-			return err
-		},
-		OnStop: func(ctx context.Context) error { return js.Stop(ctx) },
-	})
 }

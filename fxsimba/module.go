@@ -18,18 +18,26 @@ const (
 	groupJobs    = `group:"simba.jobs"`
 )
 
-// Module is Simba for fx applications: the idiomatic way in is
+// Module is Simba for fx applications, as a constructor for fx.Provide:
 //
 //	fx.New(
-//		fxsimba.Module,
+//		fx.Provide(fxsimba.Module),
 //		fx.Provide(newBackend), // your session.Backend: backend-sql, backend-redis, backend-zk
 //		fxsimba.LeaderJob("cleanup", time.Hour, cleanup),
 //	)
 //
-// It provides the *session.Session (see [NewSession]): opened on start,
-// closed on stop. It starts one election per job registered with
-// [LeaderJob], [WhileLeader] or [AsJob] on start and stops them, each in
-// handover order, before the session closes.
+// It provides the *session.Session (see [NewSession]: opened on start,
+// closed on stop) and the [*Jobs] registry, through which the graph reaches
+// each leader job's [JobHandle] (StepDown before a deploy, IsLeader,
+// Status). It starts one election per job registered with [LeaderJob],
+// [WhileLeader] or [AsJob] on start, after the session is open, and stops
+// them, each in handover order, before the session closes.
+//
+// Like every fx constructor it runs only if something needs what it
+// provides: the job options ask for the registry, so an application with
+// jobs builds it; one without jobs builds it when a value of the graph
+// takes the session. [Wiring] is the same as an fx.Option that always
+// builds it.
 //
 // It needs a session.Backend from the application and uses, if the
 // application provides them, a [Config] (else the zero Config, i.e. the
@@ -37,12 +45,51 @@ const (
 // slog.Default), and a [LookupEnv] (else os.LookupEnv) through which the
 // SIMBA_SESSION_* variables override the Config. It provides nothing else:
 // the backend, its driver client and the logger are the application's.
-var Module = fx.Module("simba",
-	fx.Provide(NewSession),
-	// Check the jobs before anything builds the session, which starts
-	// running as soon as it is built.
-	fx.Invoke(checkJobs),
-	fx.Invoke(startJobs),
+func Module(p ModuleParams) (ModuleResult, error) {
+	// Check the jobs before building the session, which starts running as
+	// soon as it is built.
+	js, err := newJobs(p.Jobs...)
+	if err != nil {
+		return ModuleResult{}, err
+	}
+	s, err := NewSession(p.SessionParams)
+	if err != nil {
+		return ModuleResult{}, err
+	}
+	// Appended after the session's hook: fx starts the jobs once the session
+	// is open and stops them before it closes the session.
+	p.Lifecycle.Append(fx.Hook{
+		OnStart: func(context.Context) error { return js.start(s, p.Logger) },
+		OnStop:  js.Stop,
+	})
+	return ModuleResult{Session: s, Jobs: js}, nil
+}
+
+// ModuleParams is what [Module] takes from the fx graph: the session's
+// parameters and the jobs registered with [LeaderJob], [WhileLeader] and
+// [AsJob].
+type ModuleParams struct {
+	fx.In
+	SessionParams
+
+	Jobs []Job `group:"simba.jobs"`
+}
+
+// ModuleResult is what [Module] provides to the fx graph.
+type ModuleResult struct {
+	fx.Out
+
+	Session *session.Session
+	Jobs    *Jobs
+}
+
+// Wiring is [Module] as an fx.Option, for fx.New(fxsimba.Wiring, …): it
+// provides the same values and always builds them, even when nothing in
+// the graph takes them. Use one or the other, never both (fx refuses two
+// constructors of *session.Session).
+var Wiring = fx.Module("simba",
+	fx.Provide(Module),
+	fx.Invoke(func(*Jobs) {}),
 )
 
 // SessionParams is what [NewSession] takes from the fx graph.

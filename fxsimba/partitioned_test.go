@@ -24,7 +24,7 @@ func TestPartitionedJobSharesAndHandsOver(t *testing.T) {
 		b := newMemory(t)
 		var l log
 		node := func(name string) *fxtest.App {
-			return fxtest.New(t, fxsimba.Module, backend(b.NewClient()), env(nil), quiet(),
+			return fxtest.New(t, fx.Provide(fxsimba.Module), backend(b.NewClient()), env(nil), quiet(),
 				fxsimba.PartitionedJob("orders", 4, func(ctx context.Context, p int, tm *term.Term) error {
 					l.add("%s start %d", name, p)
 					<-ctx.Done()
@@ -73,12 +73,12 @@ func TestPartitionedJobSharesAndHandsOver(t *testing.T) {
 }
 
 func TestInvalidPartitionedJobFailsNew(t *testing.T) {
-	app := fx.New(fxsimba.Module, backend(newMemory(t)), env(nil), quiet(),
+	app := fx.New(fx.Provide(fxsimba.Module), backend(newMemory(t)), env(nil), quiet(),
 		fxsimba.PartitionedJob("bad:name", 4, func(context.Context, int, *term.Term) error { return nil }), fx.NopLogger)
 	if err := app.Err(); !errors.Is(err, fxsimba.ErrInvalidJob) {
 		t.Fatalf("fx.New with an invalid group name = %v, want ErrInvalidJob", err)
 	}
-	app = fx.New(fxsimba.Module, backend(newMemory(t)), env(nil), quiet(), fxsimba.PartitionedJob("ok", 4, nil), fx.NopLogger)
+	app = fx.New(fx.Provide(fxsimba.Module), backend(newMemory(t)), env(nil), quiet(), fxsimba.PartitionedJob("ok", 4, nil), fx.NopLogger)
 	if err := app.Err(); !errors.Is(err, fxsimba.ErrInvalidJob) {
 		t.Fatalf("fx.New with a nil task = %v, want ErrInvalidJob", err)
 	}

@@ -1,0 +1,170 @@
+package fxsimba_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+
+	redisbackend "github.com/simba-go/simba/backend-redis"
+	"github.com/simba-go/simba/backend-sql/pgsimba"
+	"github.com/simba-go/simba/election"
+	"github.com/simba-go/simba/fxsimba"
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/term"
+)
+
+// These tests run fx.New(fx.Provide(fxsimba.Module), …) against the real
+// servers of .services/env (scripts/services.sh): a missing variable fails
+// the test, naming it.
+
+func mustEnv(t *testing.T, name string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		t.Fatalf("%s is not set: start the test servers and source .services/env (scripts/services.sh)", name)
+	}
+	return v
+}
+
+// postgresBackend is the pattern for an fx application on PostgreSQL: the
+// constructor does no I/O (pgxpool connects lazily; WithoutSchemaCreation
+// keeps pgsimba.New off the database) and the schema is created by a start
+// hook, bounded by fx's start timeout. The hook is appended before
+// Module's (Module takes the backend, so fx builds the backend first), so
+// the schema exists before Module's start waits for the session.
+func postgresBackend(url, prefix string) fx.Option {
+	return fx.Provide(func(lc fx.Lifecycle) (session.Backend, error) {
+		pool, err := pgxpool.New(context.Background(), url)
+		if err != nil {
+			return nil, err
+		}
+		b, err := pgsimba.New(context.Background(), pool, pgsimba.WithPrefix(prefix), pgsimba.WithoutSchemaCreation())
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		lc.Append(fx.Hook{
+			OnStart: func(ctx context.Context) error {
+				// A second New on the pool creates the schema if missing (safe
+				// when many processes start at once); it holds no resource.
+				_, err := pgsimba.New(ctx, pool, pgsimba.WithPrefix(prefix))
+				return err
+			},
+			OnStop: func(ctx context.Context) error {
+				defer pool.Close()
+				return b.Shutdown(ctx)
+			},
+		})
+		return b, nil
+	})
+}
+
+// redisBackend is the same pattern on Redis: redis.NewClient and
+// redisbackend.New do no I/O; the start hook checks the server.
+func redisBackend(addr, ns string) fx.Option {
+	return fx.Provide(func(lc fx.Lifecycle) (session.Backend, error) {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		b, err := redisbackend.New(rdb, ns)
+		if err != nil {
+			_ = rdb.Close()
+			return nil, err
+		}
+		lc.Append(fx.Hook{
+			OnStart: func(ctx context.Context) error {
+				_, err := b.CheckServer(ctx)
+				return err
+			},
+			OnStop: func(ctx context.Context) error {
+				defer func() { _ = rdb.Close() }()
+				return b.Shutdown(ctx)
+			},
+		})
+		return b, nil
+	})
+}
+
+func TestModuleOnRealBackends(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		backend func(t *testing.T) fx.Option
+	}{
+		{"postgres", func(t *testing.T) fx.Option {
+			return postgresBackend(mustEnv(t, "SIMBA_POSTGRES_URL"), "fxsimba_")
+		}},
+		{"redis", func(t *testing.T) fx.Option {
+			return redisBackend(mustEnv(t, "SIMBA_REDIS_ADDR"), "fxsimba")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stepDownHandsOver(t, tc.backend)
+		})
+	}
+}
+
+// stepDownHandsOver runs two nodes of an fx application with one
+// WhileLeader job; the leader's handle steps it down and the other node's
+// handle reports that it now leads.
+func stepDownHandsOver(t *testing.T, backend func(t *testing.T) fx.Option) {
+	// Unique per run: a lease left by an earlier, killed run cannot delay
+	// this one.
+	job := fmt.Sprintf("fxjob-%d", time.Now().UnixNano())
+	elected := make(chan int, 8)
+	node := func(i int) *fxsimba.Jobs {
+		var jobs *fxsimba.Jobs
+		app := fxtest.New(t,
+			fx.Provide(fxsimba.Module),
+			backend(t), env(nil), quiet(),
+			fxsimba.WhileLeader(job, func(ctx context.Context, _ *term.Term) error {
+				elected <- i
+				<-ctx.Done()
+				return nil
+			}),
+			fx.Populate(&jobs),
+		)
+		app.RequireStart()
+		t.Cleanup(app.RequireStop)
+		return jobs
+	}
+	nodes := []*fxsimba.Jobs{node(0), node(1)}
+	handle := func(i int) *fxsimba.JobHandle {
+		h, ok := nodes[i].Get(job)
+		if !ok {
+			t.Fatalf("node %d: Get(%q) found no job", i, job)
+		}
+		return h
+	}
+	wait := func() int {
+		t.Helper()
+		select {
+		case i := <-elected:
+			return i
+		case <-time.After(30 * time.Second): // a bound on a hang, not a wait for a state
+			t.Fatal("no node was elected within 30s")
+			return -1
+		}
+	}
+	first := wait()
+	if !handle(first).IsLeader() {
+		t.Fatalf("node %d runs the job but its handle says it does not lead (status %v)", first, handle(first).Status())
+	}
+	if err := handle(first).StepDown(context.Background(), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	second := wait()
+	if second == first {
+		t.Fatalf("node %d stepped down for a minute but was elected again", first)
+	}
+	if !handle(second).IsLeader() {
+		t.Fatalf("node %d was elected but its handle says it does not lead (status %v)", second, handle(second).Status())
+	}
+	if got := handle(first).Status(); got != election.Cooldown {
+		t.Fatalf("node %d after StepDown: status %v, want %v", first, got, election.Cooldown)
+	}
+}
