@@ -12,7 +12,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
-	redisbackend "github.com/simba-go/simba/backend-redis"
+	redissimba "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/backend-sql/pgsimba"
 	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/fxsimba"
@@ -45,7 +45,7 @@ func postgresBackend(url, prefix string) fx.Option {
 		if err != nil {
 			return nil, err
 		}
-		b, err := pgsimba.New(context.Background(), pool, pgsimba.WithPrefix(prefix), pgsimba.WithoutSchemaCreation())
+		b, err := pgsimba.New(context.Background(), pool, pgsimba.WithNamespace(prefix), pgsimba.WithoutSchemaCreation())
 		if err != nil {
 			pool.Close()
 			return nil, err
@@ -54,7 +54,7 @@ func postgresBackend(url, prefix string) fx.Option {
 			OnStart: func(ctx context.Context) error {
 				// A second New on the pool creates the schema if missing (safe
 				// when many processes start at once); it holds no resource.
-				_, err := pgsimba.New(ctx, pool, pgsimba.WithPrefix(prefix))
+				_, err := pgsimba.New(ctx, pool, pgsimba.WithNamespace(prefix))
 				return err
 			},
 			OnStop: func(ctx context.Context) error {
@@ -67,11 +67,11 @@ func postgresBackend(url, prefix string) fx.Option {
 }
 
 // redisBackend is the same pattern on Redis: redis.NewClient and
-// redisbackend.New do no I/O; the start hook checks the server.
+// redissimba.New do no I/O; the start hook checks the server.
 func redisBackend(addr, ns string) fx.Option {
 	return fx.Provide(func(lc fx.Lifecycle) (session.Backend, error) {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-		b, err := redisbackend.New(rdb, ns)
+		b, err := redissimba.New(rdb, ns)
 		if err != nil {
 			_ = rdb.Close()
 			return nil, err
