@@ -863,6 +863,12 @@ func (w *sim) callback(n *simNode, name string, cb simCallback) {
 			if t.name != name || t.exited || t.stopWait == 0 || t.t == cb.t || t.node.crashed {
 				continue
 			}
+			// A term older than the one handed over is no new leader: its
+			// OnElected arrives late, from a node that was paused since it
+			// won (seed 71966 of sim-long), and its term is already over.
+			if cb.t.Token() < t.t.Token() && !cb.t.Valid() {
+				continue
+			}
 			if w.now >= t.boundAt || t.node.s.ID() != t.sessionAtStop || t.node.s.Remaining() <= 0 || w.preLoss(t.t.Token()) ||
 				w.takenOver[fmt.Sprintf("%d/%s#%d", t.node.id, t.name, t.t.Token())] {
 				continue // the bound ran out, or the lease was lost involuntarily: nothing to wait for
