@@ -158,6 +158,14 @@ func (tl *timeline) add(format string, args ...any) {
 	tl.mu.Unlock()
 }
 
+// snapshot copies the lines under the lock: nodes' tasks add lines
+// concurrently with the test reading them.
+func (tl *timeline) snapshot() []string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return append([]string(nil), tl.lines...)
+}
+
 func (tl *timeline) index(line string) int {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
@@ -212,7 +220,7 @@ func waitLeader(t *testing.T, tl *timeline, within time.Duration) string {
 	case n := <-tl.leader:
 		return n
 	case <-time.After(within):
-		t.Fatalf("no leader within %v; timeline %q", within, tl.lines)
+		t.Fatalf("no leader within %v; timeline %q", within, tl.snapshot())
 		return ""
 	}
 }
@@ -256,7 +264,7 @@ func TestElectionHandoverFailoverAndLocks(t *testing.T) {
 			t.Fatalf("token went from %d to %d", t1, t2)
 		}
 		if r, e := tl.index(fmt.Sprintf("%s task returned %d", first, t1)), tl.index(fmt.Sprintf("%s elected %d", second, t2)); r < 0 || r > e {
-			t.Fatalf("the new leader was elected before the old task returned: %q", tl.lines)
+			t.Fatalf("the new leader was elected before the old task returned: %q", tl.snapshot())
 		}
 
 		// Start the stopped node again, then cut the leader off.
@@ -269,7 +277,7 @@ func TestElectionHandoverFailoverAndLocks(t *testing.T) {
 		if st := secondTerm.(*term.Term); st.Valid() || st.Reason() != term.DeadlinePassed {
 			t.Fatalf("cut-off leader's term: valid %v reason %v, want ended with DEADLINE_PASSED", st.Valid(), st.Reason())
 		}
-		for _, l := range tl.lines {
+		for _, l := range tl.snapshot() {
 			if strings.HasPrefix(l, "VIOLATION") {
 				t.Fatal(l)
 			}
