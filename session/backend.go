@@ -40,4 +40,8 @@ var (
 	ErrExpired = driver.ErrExpired
 	// ErrClosed: the session or the backend value has been closed.
 	ErrClosed = driver.ErrClosed
+	// ErrQuarantined: the backend lost its records and grants no lease
+	// for one maximum lease (event BackendQuarantined says how long).
+	// lock.TryAcquire's refusal wraps it.
+	ErrQuarantined = driver.ErrQuarantined
 )

@@ -464,10 +464,23 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r d
 			}
 		}
 	}
+	quarantined := s.quarantine(inc, r.Quarantine)
 	for _, res := range r.Results {
 		n, asked := answers[res.Name]
 		if !asked {
 			continue
+		}
+		if quarantined != nil && res.Token != 0 {
+			// A grant inside the quarantine the same reply announces makes
+			// no sense: refused, and released by token.
+			violation = s.violation("Acquire reply: %q granted (token %d) during a quarantine", res.Name, res.Token)
+			if !inc.over {
+				s.release(inc, driver.Lease{Name: res.Name, Token: res.Token}, nil)
+			}
+			res.Token = 0
+		}
+		if quarantined != nil && res.Err == nil {
+			res.Err = quarantined
 		}
 		c := s.claims[res.Name]
 		current := c != nil && c.attempt == attempt && n == 1
@@ -566,6 +579,23 @@ func (s *Session) notice(n Notice) {
 	s.pumpAcquire()
 	s.mu.Unlock()
 	s.drain()
+}
+
+// quarantine notes the quarantine an Acquire reply announced and returns
+// the error refused names carry, or nil when the reply announced none. The
+// event is published when a quarantine begins, not for every refused tick.
+// A quarantine never lengthens a term: it only refuses grants.
+func (s *Session) quarantine(inc *incarnation, d time.Duration) error {
+	if d <= 0 {
+		s.quarantined = false
+		return nil
+	}
+	err := fmt.Errorf("%w: no lease for %v more", ErrQuarantined, d)
+	if !s.quarantined {
+		s.quarantined = true
+		s.emit(Event{Kind: BackendQuarantined, Session: inc.id, Remaining: d, Err: err})
+	}
+	return err
 }
 
 // violation publishes a backend reply that broke the contract and returns

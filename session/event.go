@@ -43,10 +43,16 @@ const (
 	// ErrContractViolation and says what; the reply was treated as a failed
 	// call, never as a longer life or a win.
 	BackendContractViolation
+	// BackendQuarantined: the backend found its records lost and grants no
+	// lease for Remaining more (measured by its clock): the price of data
+	// loss, one maximum lease of unavailability, so that no term granted
+	// before the loss overlaps a new one. Published once per quarantine the
+	// session sees; Err wraps ErrQuarantined.
+	BackendQuarantined
 )
 
 var kindNames = [...]string{"", "SessionOpened", "SessionRenewed", "SessionSuspended", "SessionDeadlinePassed",
-	"SessionExpired", "SessionClosed", "SessionLeaseShortened", "TermElected", "TermRevoked", "BackendContractViolation"}
+	"SessionExpired", "SessionClosed", "SessionLeaseShortened", "TermElected", "TermRevoked", "BackendContractViolation", "BackendQuarantined"}
 
 // String returns the kind's name, such as "SessionLeaseShortened".
 func (k EventKind) String() string {
@@ -115,7 +121,7 @@ func eventLevel(e Event) slog.Level {
 	switch e.Kind {
 	case SessionRenewed:
 		return slog.LevelDebug
-	case SessionSuspended, SessionDeadlinePassed, SessionExpired, SessionLeaseShortened:
+	case SessionSuspended, SessionDeadlinePassed, SessionExpired, SessionLeaseShortened, BackendQuarantined:
 		return slog.LevelWarn
 	case BackendContractViolation:
 		return slog.LevelError
@@ -144,6 +150,8 @@ func logEvent(l *slog.Logger, e Event) {
 		attrs = append(attrs, slog.Duration("granted", e.Remaining), slog.Duration("renew_every", e.RenewEvery))
 	case SessionOpened, SessionRenewed:
 		attrs = append(attrs, slog.Duration("remaining", e.Remaining), slog.Duration("renew_every", e.RenewEvery))
+	case BackendQuarantined:
+		attrs = append(attrs, slog.Duration("remaining", e.Remaining))
 	}
 	if e.Err != nil {
 		attrs = append(attrs, slog.Any("err", e.Err))
@@ -151,6 +159,9 @@ func logEvent(l *slog.Logger, e Event) {
 	msg := "simba: " + e.Kind.String()
 	if e.Kind == SessionLeaseShortened {
 		msg = "simba: backend grants a shorter lease than two renewal periods; renewing more often"
+	}
+	if e.Kind == BackendQuarantined {
+		msg = "simba: backend lost its records (or the namespace is new and not initialised); no lease is granted until every earlier term has ended"
 	}
 	l.LogAttrs(context.Background(), eventLevel(e), msg, attrs...)
 }

@@ -54,30 +54,31 @@ type Session struct {
 	ready     chan struct{} // closed when the first backend session is open
 	closed    chan struct{}
 
-	mu         sync.Mutex
-	state      State
-	since      time.Time // when state last changed, on the Env's clock
-	inc        *incarnation
-	renewEvery time.Duration
-	seq        uint64
-	anyQueued  bool   // some claim is queued (claim.queue): pumpAcquire has work
-	heldGen    uint64 // moves whenever a claim's held lease changes (claim.setHeld)
-	claims     map[string]*claim
-	tokens     map[string]uint64 // highest token of any term made per name: a later term's must exceed it
-	order      []*claim          // claims in registration order, for deterministic batches
-	openFails  int
-	acquiring  bool
-	holdPump   bool // WantAll is queueing claims: one Acquire when it is done
-	releasing  bool
-	releaseQ   []pendingRelease
-	candidate  timer
-	openRetry  timer // the next Open after a failed one
-	effects    []func()
-	draining   bool
-	queued     uint64     // effects deferred so far
-	delivered  uint64     // effects run so far: the delivery loop's progress
-	progress   *sync.Cond // on mu: delivered moved
-	unsub      func()
+	mu          sync.Mutex
+	state       State
+	since       time.Time // when state last changed, on the Env's clock
+	inc         *incarnation
+	renewEvery  time.Duration
+	seq         uint64
+	anyQueued   bool   // some claim is queued (claim.queue): pumpAcquire has work
+	heldGen     uint64 // moves whenever a claim's held lease changes (claim.setHeld)
+	claims      map[string]*claim
+	tokens      map[string]uint64 // highest token of any term made per name: a later term's must exceed it
+	order       []*claim          // claims in registration order, for deterministic batches
+	openFails   int
+	quarantined bool // the last Acquire reply announced a quarantine (BackendQuarantined published)
+	acquiring   bool
+	holdPump    bool // WantAll is queueing claims: one Acquire when it is done
+	releasing   bool
+	releaseQ    []pendingRelease
+	candidate   timer
+	openRetry   timer // the next Open after a failed one
+	effects     []func()
+	draining    bool
+	queued      uint64     // effects deferred so far
+	delivered   uint64     // effects run so far: the delivery loop's progress
+	progress    *sync.Cond // on mu: delivered moved
+	unsub       func()
 
 	watchMu  sync.Mutex
 	watchers map[*func(Notice)]struct{} // see WatchNotices

@@ -29,6 +29,11 @@ var (
 	ErrExpired = errors.New("simba: session expired")
 	// ErrClosed: the session or the backend value has been closed.
 	ErrClosed = errors.New("simba: session closed")
+	// ErrQuarantined: the backend lost its namespace's records and grants
+	// no lease until every term granted before the loss has ended on its
+	// holder's clock (one maximum lease, [AcquireReply.Quarantine]). The
+	// engine reports a refused name with an error wrapping it.
+	ErrQuarantined = errors.New("simba: backend quarantined after losing its records")
 )
 
 // OpenRequest asks a backend for a new session.
@@ -152,6 +157,14 @@ type AcquireResult struct {
 // AcquireReply answers an [AcquireRequest], one result per name in order.
 type AcquireReply struct {
 	Results []AcquireResult
+	// Quarantine, when positive, says the backend found its namespace's
+	// records lost (a flush, an eviction, a restart without persistence, a
+	// failover to a replica that missed writes, a deleted root or emptied
+	// table) and grants no lease for this much longer, measured by its
+	// clock when it answered: until every session that could still believe
+	// in a term granted before the loss has passed its deadline. Every
+	// result's Token is then 0. See ErrQuarantined.
+	Quarantine time.Duration
 }
 
 // ReleaseRequest releases leases a session owns. A lease is deleted only
@@ -187,6 +200,14 @@ type ReleaseRequest struct {
 //     than every token ever handed out for that name, also after releases,
 //     deletions and loss of the backend's data (or the backend refuses with
 //     an error saying so).
+//   - After losing its records, a backend grants no lease until one
+//     maximum lease (the longest it grants, measured by its clock) has
+//     passed since it noticed the loss, and says so in
+//     [AcquireReply.Quarantine]: a session that believed in a term granted
+//     before the loss has passed its deadline by then. Sessions whose
+//     records vanished answer [ErrExpired]. A namespace that was never
+//     used cannot be told from a lost one, so a backend quarantines a new
+//     namespace too unless an explicit initialisation step created it.
 //   - Release carries the token and is a no-op when it does not match.
 //   - Names are validated with deadline.ValidateName; invalid names are
 //     rejected with an error wrapping deadline.ErrInvalidName.
