@@ -138,7 +138,9 @@ func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.Open
 	b.sessions[s.id] = s
 	b.mu.Unlock()
 	s.log.Info("zksimba: session opened", "session", s.id, "requested", req.LeaseDuration, "negotiated", s.timeout())
-	return driver.OpenReply{ID: s.id, Remaining: Grant(s.timeout())}, nil
+	// Nominal: 5/12 is this backend's rule, so the engine warns only when
+	// the server clamped the timeout below the one asked for.
+	return driver.OpenReply{ID: s.id, Remaining: Grant(s.timeout()), Nominal: Grant(req.LeaseDuration)}, nil
 }
 
 // SessionTimeout is the timeout ZooKeeper negotiated for the open session

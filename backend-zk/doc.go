@@ -15,8 +15,10 @@
 // One renewal proves the session alive on the ZooKeeper leader for 5/12 of
 // the negotiated timeout ([Grant]), so every reply carries that much
 // remaining time and the engine renews about every 5/36 of the timeout
-// (with a 15 s timeout, every ~2 s), publishing SessionLeaseShortened
-// once per session. docs/adr/0040-zk-renewal.md explains the number.
+// (with a 15 s timeout, every ~2 s). Open reports that rule as
+// driver.OpenReply.Nominal, so the engine warns (SessionLeaseShortened)
+// only when the server clamped the timeout below the one asked for.
+// docs/adr/0040-zk-renewal.md explains the number.
 //
 // When ZooKeeper expires a session, go-zookeeper would silently open a new
 // one on the same connection. The backend does not let it: its dialer

@@ -80,6 +80,26 @@ func (e events) listen(ev session.Event) {
 	}
 }
 
+// nextWithout waits for the next event of kind, dropping others, and
+// fails on an event of kind not on the way.
+func (e events) nextWithout(t testing.TB, kind, not session.EventKind, within time.Duration) session.Event {
+	t.Helper()
+	limit := time.After(within)
+	for {
+		select {
+		case ev := <-e:
+			switch ev.Kind {
+			case kind:
+				return ev
+			case not:
+				t.Fatalf("%v event before %v: %+v", not, kind, ev)
+			}
+		case <-limit:
+			t.Fatalf("no %v event within %v", kind, within)
+		}
+	}
+}
+
 // next waits for the next event of kind, dropping others.
 func (e events) next(t testing.TB, kind session.EventKind, within time.Duration) session.Event {
 	t.Helper()
@@ -125,22 +145,42 @@ func claimName(t testing.TB, s *session.Session, name string) *claimRec {
 
 // With the default 15 s lease, ZooKeeper grants 5/12 × 15 s = 6.25 s per
 // renewal, so the engine renews every third of the local validity
-// (docs/design.md §8: ≈ 2.046 s) and says so once.
+// (docs/design.md §8: ≈ 2.046 s). That is the backend's rule, so no
+// warning; a server that clamps the timeout below the one asked for gets
+// SessionLeaseShortened once.
 func TestEngineLeaseShortened(t *testing.T) {
+	// 5/12 of the timeout asked for is the backend's own rule: the engine
+	// renews every ≈ 2.046 s without warning (OpenReply.Nominal).
 	b := newBackend(t, standalone(t), newRoot(t))
 	s, ev := openEngine(t, b, 15*time.Second)
-	e := ev.next(t, session.SessionLeaseShortened, 10*time.Second)
+	e := ev.nextWithout(t, session.SessionOpened, session.SessionLeaseShortened, 10*time.Second)
 	cfg := s.Config()
 	wantEvery, shortened := cfg.RenewEvery(6250 * time.Millisecond)
-	if e.Remaining != 6250*time.Millisecond || e.RenewEvery != wantEvery || !shortened {
-		t.Fatalf("SessionLeaseShortened: Remaining %v, RenewEvery %v; want 6.25s, %v", e.Remaining, e.RenewEvery, wantEvery)
+	if e.Remaining != 6250*time.Millisecond || !shortened {
+		t.Fatalf("SessionOpened: Remaining %v; want 6.25s", e.Remaining)
 	}
-	if d := e.RenewEvery - 2046*time.Millisecond; d < -time.Millisecond || d > time.Millisecond {
-		t.Fatalf("RenewEvery = %v, want ≈ 2.046s", e.RenewEvery)
+	if every := time.Duration(s.Snapshot().RenewEvery); every != wantEvery {
+		t.Fatalf("RenewEvery = %v, want %v", every, wantEvery)
+	}
+	if d := wantEvery - 2046*time.Millisecond; d < -time.Millisecond || d > time.Millisecond {
+		t.Fatalf("RenewEvery = %v, want ≈ 2.046s", wantEvery)
 	}
 	if got, ok := b.SessionTimeout(s.ID()); !ok || got != 15*time.Second {
 		t.Fatalf("negotiated timeout %v, want 15s", got)
 	}
+	ev.nextWithout(t, session.SessionRenewed, session.SessionLeaseShortened, 10*time.Second)
+
+	// A server that clamps the timeout (maxSessionTimeout 20 s, 30 s asked
+	// for) grants less than the rule: that still warns, once.
+	s2, ev2 := openEngine(t, newBackend(t, standalone(t), newRoot(t)), 30*time.Second)
+	e = ev2.next(t, session.SessionLeaseShortened, 10*time.Second)
+	if want := zksimba.Grant(20 * time.Second); e.Remaining != want {
+		t.Fatalf("SessionLeaseShortened: Remaining %v, want %v (5/12 of the clamped 20s)", e.Remaining, want)
+	}
+	if got, ok := b.SessionTimeout(s.ID()); !ok || got != 15*time.Second {
+		t.Fatalf("first session's timeout %v", got)
+	}
+	_ = s2
 }
 
 // A holder cut off from ZooKeeper: its term ends at its local deadline,

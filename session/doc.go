@@ -19,7 +19,8 @@
 // reply that no longer lists the lease (TAKEN_OVER), and Close (STOPPED).
 // When the backend grants less time than two renewal periods need, the
 // session renews every third of the granted validity and publishes
-// SessionLeaseShortened once per backend session.
+// SessionLeaseShortened once per backend session, unless the grant is the
+// backend's own rule (driver.OpenReply.Nominal: ZooKeeper's 5/12).
 //
 // Elections, locks and groups (other modules) register lease names on a
 // session; the session batches the acquisition attempts of all of them

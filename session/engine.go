@@ -69,6 +69,9 @@ func (s *Session) opened(sentAt time.Time, r driver.OpenReply) error {
 	}
 	s.openFails = 0
 	inc := &incarnation{id: r.ID, life: life, released: make(map[string]uint64)}
+	if r.Nominal > 0 && r.Nominal <= s.cfg.LeaseDuration {
+		inc.nominal = r.Nominal
+	}
 	s.inc = inc
 	s.setState(Live)
 	s.regrant(inc, r.Remaining)
@@ -91,10 +94,15 @@ func (s *Session) opened(sentAt time.Time, r driver.OpenReply) error {
 }
 
 // regrant applies the renewal period a grant of remaining allows, and
-// publishes SessionLeaseShortened once per backend session.
+// publishes SessionLeaseShortened once per backend session, unless the
+// grant is what the backend's own rule gives (OpenReply.Nominal): a
+// warning every session of such a backend raised would tell nothing.
 func (s *Session) regrant(inc *incarnation, remaining time.Duration) {
 	every, shortened := s.cfg.RenewEvery(remaining)
 	s.renewEvery = every
+	if inc.nominal > 0 && remaining >= inc.nominal {
+		shortened = false // structural: the backend's rule, not a clamp
+	}
 	if shortened && !inc.shortened {
 		inc.shortened = true
 		s.emit(Event{Kind: SessionLeaseShortened, Session: inc.id, Remaining: remaining, RenewEvery: every})
@@ -473,7 +481,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r d
 		if quarantined != nil && res.Token != 0 {
 			// A grant inside the quarantine the same reply announces makes
 			// no sense: refused, and released by token.
-			violation = s.violation("Acquire reply: %q granted (token %d) during a quarantine", res.Name, res.Token)
+			_ = s.violation("Acquire reply: %q granted (token %d) during a quarantine", res.Name, res.Token)
 			if !inc.over {
 				s.release(inc, driver.Lease{Name: res.Name, Token: res.Token}, nil)
 			}

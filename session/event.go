@@ -31,7 +31,8 @@ const (
 	SessionClosed
 	// SessionLeaseShortened: the backend grants less time than two renewal
 	// periods need; the session now renews every RenewEvery. Published once
-	// per backend session.
+	// per backend session, and not at all when the grant is what the
+	// backend's own rule gives (driver.OpenReply.Nominal, ZooKeeper's 5/12).
 	SessionLeaseShortened
 	// TermElected: a term began (Name, Token).
 	TermElected

@@ -93,6 +93,7 @@ type incarnation struct {
 	released  map[string]uint64 // highest token released per name
 	clean     cleanMark         // the last check that found owned and the terms matched term for term
 	shortened bool              // SessionLeaseShortened published
+	nominal   time.Duration     // OpenReply.Nominal, if valid: grants this long are structural, not shortened
 	over      bool
 	renewing  bool
 	renew     timer

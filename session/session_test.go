@@ -452,6 +452,67 @@ func TestShortenedGrantRenewsEveryThirdOnce(t *testing.T) {
 	})
 }
 
+// nominal reports the backend's own grant rule in OpenReply.Nominal, as
+// the ZooKeeper backend does (5/12 of the lease asked for).
+type nominal struct {
+	*memory.Backend
+	num, den int64
+}
+
+func (n nominal) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
+	r, err := n.Backend.Open(ctx, req)
+	r.Nominal = req.LeaseDuration * time.Duration(n.num) / time.Duration(n.den)
+	return r, err
+}
+
+// A grant that is exactly the backend's own rule (ZooKeeper's 5/12) is no
+// warning: the session renews as often as it needs to, silently. A grant
+// below the rule (a server clamping the timeout) still warns, once.
+func TestNominalGrantIsNoWarning(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		maxLease time.Duration
+		nominal  int64 // numerator over 12 the decorator reports
+		warns    int
+	}{
+		{"grant as the rule says", 0, 5, 0},
+		{"server clamped below the rule", 6 * time.Second, 5, 1},
+		{"no rule reported", 0, 0, 1},
+		{"a nonsense rule is ignored", 0, 13, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				opts := []memory.Option{memory.WithGrantFraction(5, 12)}
+				if tc.maxLease > 0 {
+					opts = append(opts, memory.WithMaxLease(tc.maxLease))
+				}
+				mb, err := memory.New(opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ev := &events{}
+				s, err := session.Open(context.Background(), nominal{mb, tc.nominal, 12}, session.WithListener(ev.listen), session.WithLogger(nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = s.Close() })
+				advance(time.Minute)
+				if got := ev.count(session.SessionLeaseShortened); got != tc.warns {
+					t.Fatalf("SessionLeaseShortened events = %d, want %d", got, tc.warns)
+				}
+				// Either way the session renews every third of the grant's
+				// validity and stays live.
+				if every := time.Duration(s.Snapshot().RenewEvery); every >= 15*time.Second*3/10 {
+					t.Fatalf("RenewEvery = %v, want the shortened period", every)
+				}
+				if s.State() != session.Live {
+					t.Fatalf("state %v after a minute, want LIVE", s.State())
+				}
+			})
+		})
+	}
+}
+
 func TestMaxLeaseCapIsShortenedGrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// maxSessionTimeout 6s, 5/12: 2.5s granted, validity 2.425s, every ≈0.808s.

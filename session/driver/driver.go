@@ -106,6 +106,16 @@ type OpenReply struct {
 	// Remaining is the time the session has left, measured by the backend's
 	// clock when it answered.
 	Remaining time.Duration
+	// Nominal, when positive, is the grant the backend's own rule gives for
+	// the LeaseDuration asked for, for a backend whose rule grants less than
+	// the lease by design (ZooKeeper: 5/12 of the session timeout, because
+	// that is all one renewal proves). The engine still renews as often as
+	// every grant needs, but publishes SessionLeaseShortened (a warning) only
+	// for a grant shorter than Nominal (a server that clamped the lease),
+	// not for every session of such a backend. Zero means the rule is the
+	// lease itself. It only decides the warning: it never lengthens a term,
+	// and a value outside (0, LeaseDuration] is ignored.
+	Nominal time.Duration
 }
 
 // RenewRequest proves a session alive.
