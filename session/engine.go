@@ -480,9 +480,14 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r d
 		}
 		if quarantined != nil && res.Token != 0 {
 			// A grant inside the quarantine the same reply announces makes
-			// no sense: refused, and released by token.
+			// no sense: refused, and released by token, unless the token
+			// is the one a live term of this session holds: releasing it
+			// would free the lease under that term (the renewals settle
+			// what the backend really holds).
 			_ = s.violation("Acquire reply: %q granted (token %d) during a quarantine", res.Name, res.Token)
-			if !inc.over {
+			c := s.claims[res.Name]
+			mine := c != nil && c.held != nil && c.held.inc == inc && c.held.token == res.Token
+			if !inc.over && !mine {
 				s.release(inc, driver.Lease{Name: res.Name, Token: res.Token}, nil)
 			}
 			res.Token = 0

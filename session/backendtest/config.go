@@ -28,6 +28,35 @@ type Config struct {
 	// rising or that the backend refuses with an error.
 	LoseData func(t *testing.T)
 
+	// MaxLease is the longest lease the backend under test grants: the
+	// cap it was built with (WithMaxLease, the same option on every
+	// backend), which is also the length of its quarantine after a data
+	// loss (ADR 0130). When set, the kit checks that no grant exceeds it,
+	// and, with LoseData, that the backend quarantines: right after the loss
+	// an Acquire grants nothing and answers a Quarantine in (0, MaxLease],
+	// no shorter than MaxLease less the time since the loss; the quarantine
+	// counts down rather than restarting; and once it has passed, Acquire
+	// grants again with higher tokens. Unless Advance is set the kit waits
+	// the quarantine out on real time (renewing its session meanwhile), so
+	// build the backend under test with a short cap: Lease is a good value.
+	// Zero means the backend does not quarantine (it has not implemented
+	// ADR 0130 yet): the data-loss subtest then checks tokens only, and
+	// fails if a reply announces a quarantine anyway.
+	MaxLease time.Duration
+
+	// Init, if not nil, initialises a new namespace with the backend's
+	// explicit initialisation step (Backend.Init on Redis and ZooKeeper),
+	// which creates the namespace's epoch record so that its first use is
+	// not quarantined. Setting it declares a backend that quarantines the
+	// first Acquire on a namespace nobody initialised, since it cannot tell
+	// a new namespace from one that lost its records; it requires MaxLease.
+	// The kit calls it once per namespace, before the namespace's first
+	// client is made, in every subtest but UninitialisedNamespaceQuarantined,
+	// which checks that quarantine. It should fail t on error. Backends
+	// that create their namespace in their constructor (the SQL schema
+	// creation, memory.New) leave it nil.
+	Init func(t *testing.T, namespace string)
+
 	// Advance, if not nil, moves the backend's virtual clock forward by d.
 	// The kit then never waits for real time, and runs every subtest
 	// sequentially because one clock serves them all. If nil, the kit

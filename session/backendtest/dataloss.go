@@ -2,6 +2,7 @@ package backendtest
 
 import (
 	"context"
+	"time"
 
 	"github.com/simba-go/simba/session/driver"
 )
@@ -9,7 +10,7 @@ import (
 // dataLoss runs last and alone (see Run), only with Config.LoseData.
 var dataLoss = testCase{
 	name:    "TokensSurviveDataLoss",
-	promise: "after the store loses its data, old sessions stay expired and every new token is higher than every earlier one for its name, or the backend refuses with an error",
+	promise: "after the store loses its data, old sessions stay expired, no lease is granted for one maximum lease (the quarantine, with Config.MaxLease), and every new token is higher than every earlier one for its name",
 	f: func(e *env) {
 		a := e.open()
 		tx := a.mustAcquire("x")
@@ -17,13 +18,17 @@ var dataLoss = testCase{
 		tx = a.mustAcquire("x") // two terms, so the counter is past 1
 		ty := a.mustAcquire("y")
 		e.cfg.LoseData(e.t)
+		lost := time.Now()
 		if _, err := a.b.Renew(e.ctx(), driver.RenewRequest{ID: a.id}); !isEnded(err) {
 			e.errorf("Renew of a session from before the data loss: err = %v, want ErrExpired", err)
 		}
 		b := e.client()
 		reply, err := b.Open(e.ctx(), driver.OpenRequest{LeaseDuration: e.cfg.Lease})
 		if err != nil {
-			e.t.Logf("Open after data loss refused (allowed): %v", err)
+			if e.cfg.MaxLease > 0 {
+				e.fatalf("Open after data loss: %v; Open keeps working during the quarantine", err)
+			}
+			e.t.Logf("Open after data loss refused (allowed without Config.MaxLease): %v", err)
 			return
 		}
 		if reply.ID == a.id {
@@ -31,6 +36,21 @@ var dataLoss = testCase{
 		}
 		s := &sess{e: e, b: b, id: reply.ID, opened: reply}
 		defer func() { _ = b.Close(context.Background(), s.id) }()
+		if e.cfg.MaxLease > 0 {
+			q := s.quarantined(lost, "x", "y")
+			s.pass(q / 2)
+			if q2 := s.quarantined(time.Time{}, "x", "y"); q2 > q-q/4 {
+				e.errorf("Acquire %v into a quarantine of %v: Quarantine = %v: it counts down from the loss's detection, a later Acquire does not restart it", q/2, q, q2)
+			}
+			s.pass(q - q/2 + e.quarantineSlack())
+			for i, before := range []uint64{tx, ty} {
+				name := []string{"x", "y"}[i]
+				if tok := s.mustAcquire(name); tok <= before {
+					e.errorf("Acquire(%q) after the quarantine: token %d, want > %d: tokens never go backwards", name, tok, before)
+				}
+			}
+			return
+		}
 		acq, err := b.Acquire(e.ctx(), driver.AcquireRequest{ID: s.id, Names: []string{"x", "y"}})
 		if err != nil {
 			e.t.Logf("Acquire after data loss refused (allowed): %v", err)
@@ -38,6 +58,9 @@ var dataLoss = testCase{
 		}
 		if len(acq.Results) != 2 {
 			e.fatalf("Acquire of 2 names after data loss: %d results", len(acq.Results))
+		}
+		if acq.Quarantine != 0 {
+			e.fatalf("Acquire after data loss: Quarantine = %v but Config.MaxLease is zero: set it to the backend's maximum lease so the kit checks the quarantine", acq.Quarantine)
 		}
 		for i, before := range []uint64{tx, ty} {
 			r := acq.Results[i]
@@ -48,5 +71,36 @@ var dataLoss = testCase{
 				e.errorf("Acquire(%q) after data loss: token %d, want > %d: tokens never go backwards", r.Name, r.Token, before)
 			}
 		}
+	},
+}
+
+// namespaceCases check that a namespace's first use is quarantined exactly
+// when nothing initialised it (ADR 0130).
+var namespaceCases = []testCase{
+	{
+		name:    "InitialisedNamespaceNotQuarantined",
+		promise: "a namespace created by the backend (its constructor, or Config.Init) grants at its first Acquire: no quarantine without a loss",
+		f: func(e *env) {
+			s := e.open()
+			if tok := s.mustAcquire("x"); tok == 0 {
+				return // mustAcquire failed the test
+			}
+		},
+	},
+	{
+		name:    "UninitialisedNamespaceQuarantined",
+		waits:   true,
+		promise: "a namespace nobody initialised cannot be told from one that lost its records: its first Acquire is quarantined for one maximum lease, then grants (only with Config.Init)",
+		f: func(e *env) {
+			if e.cfg.Init == nil {
+				e.t.Skip("Config.Init is nil: the backend creates its namespaces, which start initialised")
+			}
+			e.initialised = true // and Init never runs here
+			start := time.Now()
+			s := e.open()
+			q := s.quarantined(start, "x")
+			s.pass(q + e.quarantineSlack())
+			s.mustAcquire("x")
+		},
 	},
 }

@@ -33,5 +33,8 @@
 //
 // Optional parts: a backend that implements [driver.Broadcaster] is also
 // checked for release notices; a Config with LoseData is also checked for
-// tokens that keep rising after the store lost its data.
+// tokens that keep rising after the store lost its data and, with
+// [Config.MaxLease], for the quarantine of one maximum lease that follows
+// the loss (ADR 0130); a Config with [Config.Init] is also checked for the
+// quarantine of a namespace nobody initialised.
 package backendtest

@@ -20,6 +20,9 @@ type env struct {
 	cfg     Config
 	ns      string
 	promise string
+	// initialised: Config.Init has run for ns (or must not: the subtest
+	// checks an uninitialised namespace).
+	initialised bool
 }
 
 // newNamespace returns "kt" and 8 random hex digits: lowercase letters and
@@ -77,6 +80,12 @@ func (e *env) waitExpiry() {
 // client is a new client of the subtest's namespace.
 func (e *env) client() driver.Backend {
 	e.t.Helper()
+	if !e.initialised {
+		e.initialised = true
+		if e.cfg.Init != nil {
+			e.cfg.Init(e.t, e.ns)
+		}
+	}
 	b := e.cfg.NewBackend(e.t, e.ns)
 	if b == nil {
 		e.t.Fatalf("Config.NewBackend(%q) returned nil", e.ns)
@@ -118,6 +127,9 @@ func (e *env) openAs(b driver.Backend, owner driver.Owner) *sess {
 	if reply.Remaining <= 0 || reply.Remaining > e.cfg.Lease {
 		e.errorf("Open: Remaining = %v, want in (0, %v]: a backend grants the requested lease or less", reply.Remaining, e.cfg.Lease)
 	}
+	if e.cfg.MaxLease > 0 && reply.Remaining > e.cfg.MaxLease {
+		e.errorf("Open: Remaining = %v, more than Config.MaxLease %v: every grant is capped by the maximum lease", reply.Remaining, e.cfg.MaxLease)
+	}
 	s := &sess{e: e, b: b, id: reply.ID, opened: reply}
 	e.t.Cleanup(func() {
 		// The test's context is already cancelled when cleanups run.
@@ -145,6 +157,9 @@ func (s *sess) renew(known uint64) driver.RenewReply {
 	if reply.Remaining <= 0 || reply.Remaining > s.e.cfg.Lease {
 		s.e.errorf("Renew: Remaining = %v, want in (0, %v]", reply.Remaining, s.e.cfg.Lease)
 	}
+	if s.e.cfg.MaxLease > 0 && reply.Remaining > s.e.cfg.MaxLease {
+		s.e.errorf("Renew: Remaining = %v, more than Config.MaxLease %v: every grant is capped by the maximum lease", reply.Remaining, s.e.cfg.MaxLease)
+	}
 	return reply
 }
 
@@ -159,6 +174,9 @@ func (s *sess) acquireAll(names ...string) []driver.AcquireResult {
 	if len(reply.Results) != len(names) {
 		s.e.fatalf("Acquire(%q): %d results, want one per name (%d)", names, len(reply.Results), len(names))
 	}
+	if reply.Quarantine != 0 {
+		s.e.errorf("Acquire(%q): Quarantine = %v in a namespace that lost nothing (and was initialised, if Config.Init is set): a quarantine follows a data loss only", names, reply.Quarantine)
+	}
 	for i, r := range reply.Results {
 		if r.Name != names[i] {
 			s.e.errorf("Acquire: result %d is for %q, want %q: results come in request order", i, r.Name, names[i])
@@ -168,6 +186,60 @@ func (s *sess) acquireAll(names ...string) []driver.AcquireResult {
 		}
 	}
 	return reply.Results
+}
+
+// quarantineSlack is what the quarantine checks allow for the backend's
+// clock: its resolution (ZooKeeper's are milliseconds) and its rate against
+// the kit's.
+func (e *env) quarantineSlack() time.Duration {
+	return 10*time.Millisecond + e.cfg.MaxLease/100
+}
+
+// quarantined acquires names on s in a namespace that lost its records
+// (or was never initialised) at or before since, and checks the backend's
+// quarantine: no grant, and a Quarantine in (0, MaxLease] that is no
+// shorter than MaxLease less the time since then, since the quarantine
+// starts when the loss is noticed, which is after since (a zero since skips
+// that bound). It returns the Quarantine.
+func (s *sess) quarantined(since time.Time, names ...string) time.Duration {
+	s.e.t.Helper()
+	e := s.e
+	reply, err := s.b.Acquire(e.ctx(), driver.AcquireRequest{ID: s.id, Names: names})
+	elapsed := time.Since(since)
+	if err != nil {
+		e.fatalf("Acquire(%q) in a quarantine: %v; want a reply with Quarantine > 0 (Open and Acquire keep working; only grants stop)", names, err)
+	}
+	if len(reply.Results) != len(names) {
+		e.fatalf("Acquire(%q): %d results, want one per name (%d)", names, len(reply.Results), len(names))
+	}
+	for _, r := range reply.Results {
+		if r.Token != 0 {
+			e.errorf("Acquire(%q) in a quarantine: token %d; a quarantined backend grants nothing", r.Name, r.Token)
+		}
+	}
+	q := reply.Quarantine
+	switch ml := e.cfg.MaxLease; {
+	case q <= 0:
+		e.fatalf("Acquire(%q): Quarantine = %v, want in (0, %v]: a backend that lost its records grants nothing for one maximum lease", names, q, ml)
+	case q > ml:
+		e.errorf("Acquire(%q): Quarantine = %v, more than Config.MaxLease %v: the quarantine is one maximum lease", names, q, ml)
+	case !since.IsZero() && q < ml-elapsed-e.quarantineSlack():
+		e.errorf("Acquire(%q): Quarantine = %v, %v after the loss: want at least MaxLease %v less that: a shorter quarantine lets a term granted before the loss overlap a new one", names, q, elapsed, ml)
+	}
+	return min(q, e.cfg.MaxLease)
+}
+
+// pass lets d of the backend's time pass, renewing s often enough to keep
+// it alive.
+func (s *sess) pass(d time.Duration) {
+	s.e.t.Helper()
+	step := max(s.opened.Remaining/3, time.Millisecond)
+	for d > 0 {
+		w := min(d, step)
+		s.e.wait(w)
+		d -= w
+		s.renew(0)
+	}
 }
 
 // acquire acquires one valid name and returns its token (0: refused).

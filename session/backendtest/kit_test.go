@@ -18,12 +18,15 @@ import (
 	"github.com/simba-go/simba/session/memory"
 )
 
+// kitMaxLease is the cap of the kit's memory stores, and their quarantine.
+const kitMaxLease = 2 * time.Second
+
 // memoryConfig runs the kit on the in-memory backend in virtual time, one
-// store per namespace. wrap, if not nil, turns each client into a broken
-// variant.
+// store per namespace, capped at kitMaxLease. wrap, if not nil, turns each
+// client into a broken variant.
 func memoryConfig(wrap func(*memory.Backend) driver.Backend, opts ...memory.Option) backendtest.Config {
 	clock := memory.NewManualClock(time.Unix(1_000_000, 0))
-	opts = append([]memory.Option{memory.WithClock(clock)}, opts...)
+	opts = append([]memory.Option{memory.WithClock(clock), memory.WithMaxLease(kitMaxLease)}, opts...)
 	var mu sync.Mutex
 	stores := map[string]*memory.Backend{}
 	if wrap == nil {
@@ -43,7 +46,8 @@ func memoryConfig(wrap func(*memory.Backend) driver.Backend, opts ...memory.Opti
 			stores[namespace] = b
 			return wrap(b)
 		},
-		Lease: 2 * time.Second,
+		Lease:    2 * time.Second,
+		MaxLease: kitMaxLease,
 		LoseData: func(*testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -59,6 +63,22 @@ func TestRunOnMemory(t *testing.T) {
 	backendtest.Run(t, memoryConfig(nil))
 }
 
+// uninitialisedConfig is memoryConfig on stores that start uninitialised,
+// as Redis and ZooKeeper namespaces do, with Config.Init.
+func uninitialisedConfig(opts ...memory.Option) backendtest.Config {
+	cfg := memoryConfig(nil, append([]memory.Option{memory.WithUninitialisedNamespace()}, opts...)...)
+	cfg.Init = func(t *testing.T, namespace string) {
+		if err := cfg.NewBackend(t, namespace).(*memory.Backend).Init(t.Context()); err != nil {
+			t.Fatalf("Init: %v", err)
+		}
+	}
+	return cfg
+}
+
+func TestRunOnUninitialisedMemory(t *testing.T) {
+	backendtest.Run(t, uninitialisedConfig())
+}
+
 // Broken variants of the memory backend, each breaking one promise, and the
 // subtests that must catch it: proof that the kit's checks can fail.
 var brokenBackends = []struct {
@@ -72,9 +92,36 @@ var brokenBackends = []struct {
 		want: []string{"TokensSurviveDataLoss"},
 	},
 	{
+		name: "QuarantineSkipped",
+		cfg:  func() backendtest.Config { return memoryConfig(nil, memory.WithoutQuarantine()) },
+		want: []string{"TokensSurviveDataLoss"},
+	},
+	{
+		name: "QuarantineSkippedOnNewNamespace",
+		cfg:  func() backendtest.Config { return uninitialisedConfig(memory.WithoutQuarantine()) },
+		want: []string{"TokensSurviveDataLoss", "UninitialisedNamespaceQuarantined"},
+	},
+	{
+		// The backend's quarantine (its cap, 1s) is shorter than the
+		// maximum lease the Config declares.
+		name: "QuarantineShorterThanMaxLease",
+		cfg:  func() backendtest.Config { return memoryConfig(nil, memory.WithMaxLease(time.Second)) },
+		want: []string{"TokensSurviveDataLoss"},
+	},
+	{
+		// Config.Init declares new namespaces quarantined; these are not.
+		name: "NewNamespaceNotQuarantined",
+		cfg: func() backendtest.Config {
+			cfg := memoryConfig(nil)
+			cfg.Init = func(*testing.T, string) {}
+			return cfg
+		},
+		want: []string{"UninitialisedNamespaceQuarantined"},
+	},
+	{
 		name: "ExpiresLate", // the backend's clock runs at half speed
 		cfg:  func() backendtest.Config { return memoryConfig(nil, memory.WithClock(halfSpeed{start: time.Now()})) },
-		want: []string{"ExpiredSessionStaysExpired", "InspectSkipsExpiredHolders", "TakeoverAfterExpiry"},
+		want: []string{"ExpiredSessionStaysExpired", "InspectSkipsExpiredHolders", "TakeoverAfterExpiry", "TokensSurviveDataLoss"},
 	},
 	{
 		name: "ReleaseIgnoresToken",
@@ -123,7 +170,7 @@ var brokenBackends = []struct {
 		cfg: func() backendtest.Config {
 			return memoryConfig(func(b *memory.Backend) driver.Backend { return grabAll{b} })
 		},
-		want: []string{"AcquireRefusedWhileOwned", "BatchAcquire", "BroadcastOnRelease", "RacingAcquireOneWinner", "StaleReleaseIsNoop"},
+		want: []string{"AcquireRefusedWhileOwned", "BatchAcquire", "BroadcastOnRelease", "RacingAcquireOneWinner", "StaleReleaseIsNoop", "TokensSurviveDataLoss"},
 	},
 	{
 		name: "SilentBroadcaster",

@@ -59,6 +59,9 @@ func New(opts ...Option) (*Backend, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.maxLease == 0 {
+		cfg.maxLease = DefaultMaxLease
+	}
 	return &Backend{s: newStore(cfg)}, nil
 }
 
@@ -135,7 +138,12 @@ func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.Re
 	return reply, nil
 }
 
-// Acquire tries each name for the session.
+// Acquire tries each name for the session. After a data loss
+// ([Backend.LoseData]), or on a namespace made with
+// [WithUninitialisedNamespace] that [Backend.Init] did not initialise, the
+// first Acquire starts a quarantine of one maximum lease ([WithMaxLease])
+// on the backend's clock: until it ends every Acquire grants nothing and
+// answers [driver.AcquireReply.Quarantine] = the time left.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	if err := b.enter(ctx, func(s *Stats) { s.Acquire++ }); err != nil {
 		return driver.AcquireReply{}, fmt.Errorf("memory: acquire: %w", err)
@@ -149,6 +157,23 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return driver.AcquireReply{}, fmt.Errorf("memory: acquire: %w", err)
 	}
 	return reply, nil
+}
+
+// Init creates the namespace's epoch record if it is missing, so that the
+// first Acquire on a namespace made with [WithUninitialisedNamespace] is not
+// quarantined: the explicit initialisation step the Redis and ZooKeeper
+// backends have (ADR 0130). Called on a namespace that lost its data before
+// any Acquire noticed, it cancels that quarantine: call it only on a new
+// namespace. It applies the client's faults like any call.
+func (b *Backend) Init(ctx context.Context) error {
+	if err := b.enter(ctx, func(*Stats) {}); err != nil {
+		return fmt.Errorf("memory: init: %w", err)
+	}
+	b.s.init()
+	if err := b.exit(ctx); err != nil {
+		return fmt.Errorf("memory: init: %w", err)
+	}
+	return nil
 }
 
 // Release deletes the leases the session owns under the given tokens and

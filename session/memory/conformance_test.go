@@ -13,15 +13,17 @@ import (
 // namespaces hands out one memory store per kit namespace, all on one
 // virtual clock, so the kit runs in virtual time.
 type namespaces struct {
-	clock *memory.ManualClock
-	opts  []memory.Option
-	mu    sync.Mutex
-	ns    map[string]*memory.Backend
+	clock    *memory.ManualClock
+	maxLease time.Duration // the cap every store is built with
+	opts     []memory.Option
+	mu       sync.Mutex
+	ns       map[string]*memory.Backend
 }
 
-func newNamespaces(opts ...memory.Option) *namespaces {
+func newNamespaces(maxLease time.Duration, opts ...memory.Option) *namespaces {
 	c := memory.NewManualClock(time.Unix(1_000_000, 0))
-	return &namespaces{clock: c, opts: append([]memory.Option{memory.WithClock(c)}, opts...), ns: map[string]*memory.Backend{}}
+	return &namespaces{clock: c, maxLease: maxLease,
+		opts: append([]memory.Option{memory.WithClock(c), memory.WithMaxLease(maxLease)}, opts...), ns: map[string]*memory.Backend{}}
 }
 
 func (n *namespaces) newBackend(t *testing.T, namespace string) driver.Backend {
@@ -38,6 +40,13 @@ func (n *namespaces) newBackend(t *testing.T, namespace string) driver.Backend {
 	return b
 }
 
+// init is Config.Init for stores made WithUninitialisedNamespace.
+func (n *namespaces) init(t *testing.T, namespace string) {
+	if err := n.newBackend(t, namespace).(*memory.Backend).Init(t.Context()); err != nil {
+		t.Fatalf("Init(%q): %v", namespace, err)
+	}
+}
+
 func (n *namespaces) loseData(*testing.T) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -50,24 +59,34 @@ func (n *namespaces) config() backendtest.Config {
 	return backendtest.Config{
 		NewBackend: n.newBackend,
 		Lease:      2 * time.Second,
+		MaxLease:   n.maxLease,
 		LoseData:   n.loseData,
 		Advance:    func(_ *testing.T, d time.Duration) { n.clock.Advance(d) },
 	}
 }
 
 func TestConformance(t *testing.T) {
-	backendtest.Run(t, newNamespaces().config())
+	backendtest.Run(t, newNamespaces(2*time.Second).config())
+}
+
+// Namespaces that start as Redis and ZooKeeper ones do: quarantined at
+// their first use unless initialised.
+func TestConformanceUninitialised(t *testing.T) {
+	n := newNamespaces(2*time.Second, memory.WithUninitialisedNamespace())
+	cfg := n.config()
+	cfg.Init = n.init
+	backendtest.Run(t, cfg)
 }
 
 // ZooKeeper-like grants: a capped lease, 5/12 of it reported.
 func TestConformanceZooKeeperLike(t *testing.T) {
-	backendtest.Run(t, newNamespaces(memory.WithMaxLease(1500*time.Millisecond), memory.WithGrantFraction(5, 12)).config())
+	backendtest.Run(t, newNamespaces(1500*time.Millisecond, memory.WithGrantFraction(5, 12)).config())
 }
 
 // The kit in real time, as on a real server (expiry subtests in parallel).
 func TestConformanceRealTime(t *testing.T) {
-	n := newNamespaces(memory.WithClock(nil))
-	n.opts = nil // system clock
+	n := newNamespaces(300 * time.Millisecond)
+	n.opts = []memory.Option{memory.WithMaxLease(n.maxLease)} // system clock
 	cfg := n.config()
 	cfg.Advance = nil
 	cfg.Lease = 300 * time.Millisecond

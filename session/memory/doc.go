@@ -27,6 +27,21 @@
 // [Backend.Remaining] and [Backend.Stats] inspect the state without
 // changing it.
 //
+// # Quarantine after data loss
+//
+// The namespace has an epoch record, as every backend does (ADR 0130).
+// [Backend.LoseData] deletes it with everything else; the next Acquire finds
+// it missing, recreates it, and starts a quarantine of one maximum lease
+// ([WithMaxLease], default [DefaultMaxLease]) on the backend's clock: until
+// then Acquire grants nothing and answers [driver.AcquireReply.Quarantine] =
+// the time left. Every grant is capped by the same maximum lease, so by the
+// end of the quarantine no session still believes in a term granted before
+// the loss. [New] makes an initialised namespace (nothing existed before
+// it); [WithUninitialisedNamespace] makes one that is quarantined at its
+// first use unless [Backend.Init] runs first, as Redis and ZooKeeper
+// namespaces are. [WithoutQuarantine] is the broken variant tests must
+// catch.
+//
 // # Tokens after data loss
 //
 // Fencing tokens are epoch<<40 | counter, where the counter is per name and

@@ -54,3 +54,43 @@ func ExampleBackend_DropReplies() {
 	// memory: renew: connection refused
 	// 1
 }
+
+// After a data loss the backend grants nothing for one maximum lease, so
+// that no session still believing in a term from before the loss overlaps
+// a new one.
+func ExampleBackend_LoseData() {
+	ctx := context.Background()
+	clock := memory.NewManualClock(time.Unix(0, 0))
+	b, _ := memory.New(memory.WithClock(clock), memory.WithMaxLease(10*time.Second))
+	old, _ := b.Open(ctx, driver.OpenRequest{LeaseDuration: 10 * time.Second})
+	_, _ = b.Acquire(ctx, driver.AcquireRequest{ID: old.ID, Names: []string{"leader"}})
+
+	b.LoseData(false)
+	s, _ := b.Open(ctx, driver.OpenRequest{LeaseDuration: 10 * time.Second})
+	acq, _ := b.Acquire(ctx, driver.AcquireRequest{ID: s.ID, Names: []string{"leader"}})
+	fmt.Println("token:", acq.Results[0].Token, "quarantine:", acq.Quarantine)
+
+	clock.Advance(5 * time.Second)
+	_, _ = b.Renew(ctx, driver.RenewRequest{ID: s.ID})
+	clock.Advance(5 * time.Second)
+	acq, _ = b.Acquire(ctx, driver.AcquireRequest{ID: s.ID, Names: []string{"leader"}})
+	fmt.Printf("token: %#x quarantine: %v\n", acq.Results[0].Token, acq.Quarantine)
+	// Output:
+	// token: 0 quarantine: 10s
+	// token: 0x10000000001 quarantine: 0s
+}
+
+// A namespace that starts uninitialised, as a new Redis or ZooKeeper one
+// does, is quarantined at its first use unless Init created it.
+func ExampleBackend_Init() {
+	ctx := context.Background()
+	b, _ := memory.New(memory.WithUninitialisedNamespace())
+	if err := b.Init(ctx); err != nil {
+		panic(err)
+	}
+	s, _ := b.Open(ctx, driver.OpenRequest{LeaseDuration: 15 * time.Second})
+	acq, _ := b.Acquire(ctx, driver.AcquireRequest{ID: s.ID, Names: []string{"leader"}})
+	fmt.Println("token:", acq.Results[0].Token, "quarantine:", acq.Quarantine)
+	// Output:
+	// token: 1 quarantine: 0s
+}

@@ -70,10 +70,14 @@ func (b *Backend) Expire(id driver.ID) {
 // subscribers get an empty [driver.Notice]. With keepTokens the per-name
 // token counters survive, as in a store that keeps them durably; without,
 // they restart and a new token epoch begins, so tokens keep rising (unless
-// [WithoutTokenEpochs]). Session ids are never reused either way.
+// [WithoutTokenEpochs]). Session ids are never reused either way. The
+// namespace's epoch record goes too: the next Acquire finds it missing and
+// starts a quarantine of one maximum lease (see [Backend.Acquire]).
 func (b *Backend) LoseData(keepTokens bool) {
 	s := b.s
 	s.mu.Lock()
+	s.hasEpoch = false
+	s.quarantineUntil = time.Time{}
 	clear(s.sessions)
 	clear(s.order)
 	s.order = s.order[:0]

@@ -241,10 +241,124 @@ func TestLoseData(t *testing.T) {
 			if b == a {
 				t.Errorf("id %s reused after LoseData", a)
 			}
+			// The quarantine: one maximum lease (the default cap) from
+			// the first Acquire that found the epoch record missing.
+			if q := f.quarantined(b, "x"); q != memory.DefaultMaxLease {
+				t.Errorf("first Acquire after LoseData: Quarantine = %v, want %v", q, memory.DefaultMaxLease)
+			}
+			f.pass(b, memory.DefaultMaxLease-time.Second)
+			if q := f.quarantined(b, "x"); q != time.Second {
+				t.Errorf("Acquire %v later: Quarantine = %v, want 1s: the quarantine is measured from its start, not restarted", memory.DefaultMaxLease-time.Second, q)
+			}
+			f.pass(b, time.Second)
 			if tok := f.acquire(b, "x"); tok != tc.want {
 				t.Errorf("token after LoseData = %#x, want %#x", tok, tc.want)
 			}
 		})
+	}
+}
+
+// pass lets d of virtual time pass, renewing session id often enough to
+// keep it alive.
+func (f *fixture) pass(id driver.ID, d time.Duration) {
+	f.t.Helper()
+	for d > 0 {
+		step := min(d, lease/2)
+		f.clock.Advance(step)
+		d -= step
+		if _, err := f.b.Renew(f.t.Context(), driver.RenewRequest{ID: id}); err != nil {
+			f.t.Fatalf("Renew: %v", err)
+		}
+	}
+}
+
+// quarantined acquires name for id, expecting a quarantine, and returns it.
+func (f *fixture) quarantined(id driver.ID, name string) time.Duration {
+	f.t.Helper()
+	r, err := f.b.Acquire(f.t.Context(), driver.AcquireRequest{ID: id, Names: []string{name}})
+	if err != nil {
+		f.t.Fatalf("Acquire(%q): %v", name, err)
+	}
+	if r.Results[0].Token != 0 || r.Results[0].Err != nil {
+		f.t.Errorf("Acquire(%q) in a quarantine: token %d, err %v; want no grant, no error", name, r.Results[0].Token, r.Results[0].Err)
+	}
+	if r.Quarantine <= 0 {
+		f.t.Errorf("Acquire(%q): Quarantine = %v, want positive", name, r.Quarantine)
+	}
+	f.wantOwner(name, "", 0)
+	return r.Quarantine
+}
+
+// The quarantine is one maximum lease (WithMaxLease) on the backend's
+// clock, and every grant is capped by it, default or not.
+func TestQuarantineIsMaxLease(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []memory.Option
+		max  time.Duration
+	}{
+		{"default cap", nil, memory.DefaultMaxLease},
+		{"zero is the default", []memory.Option{memory.WithMaxLease(0)}, memory.DefaultMaxLease},
+		{"explicit cap", []memory.Option{memory.WithMaxLease(4 * time.Second)}, 4 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.opts...)
+			r, err := f.b.Open(t.Context(), driver.OpenRequest{LeaseDuration: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Remaining != tc.max {
+				t.Errorf("Open(lease 1h): Remaining = %v, want the cap %v", r.Remaining, tc.max)
+			}
+			f.acquire(r.ID, "x")
+			f.b.LoseData(false)
+			b := f.open()
+			f.pass(b, time.Second) // the quarantine starts when noticed, not at the loss
+			if q := f.quarantined(b, "x"); q != tc.max {
+				t.Errorf("Quarantine = %v, want %v", q, tc.max)
+			}
+			f.pass(b, tc.max-1)
+			f.quarantined(b, "x")
+			f.pass(b, 1)
+			if tok := f.acquire(b, "x"); tok == 0 {
+				t.Errorf("Acquire after the quarantine: token 0, want a grant")
+			}
+		})
+	}
+}
+
+// A namespace made uninitialised is quarantined at its first Acquire
+// unless Init created its epoch record; Init after that changes nothing.
+func TestUninitialisedNamespace(t *testing.T) {
+	f := newFixture(t, memory.WithUninitialisedNamespace(), memory.WithMaxLease(lease))
+	a := f.open() // Open works during a quarantine
+	if q := f.quarantined(a, "x"); q != lease {
+		t.Errorf("first Acquire: Quarantine = %v, want %v", q, lease)
+	}
+
+	f = newFixture(t, memory.WithUninitialisedNamespace())
+	if err := f.b.Init(t.Context()); err != nil {
+		t.Fatalf("Init: %v", err)
+	}
+	if tok := f.acquire(f.open(), "x"); tok != 1 {
+		t.Errorf("first Acquire after Init: token %d, want 1", tok)
+	}
+	f.b.FailCalls(errors.New("down"))
+	if err := f.b.NewClient().Init(t.Context()); err != nil {
+		t.Errorf("Init on another client: %v", err)
+	}
+	if err := f.b.Init(t.Context()); err == nil {
+		t.Errorf("Init with FailCalls: nil error")
+	}
+}
+
+// The broken variant the conformance kit must catch.
+func TestWithoutQuarantine(t *testing.T) {
+	f := newFixture(t, memory.WithoutQuarantine())
+	f.acquire(f.open(), "x")
+	f.b.LoseData(false)
+	if tok := f.acquire(f.open(), "x"); tok == 0 {
+		t.Errorf("WithoutQuarantine: no grant after LoseData, want one at once (the broken backend)")
 	}
 }
 

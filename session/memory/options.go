@@ -24,7 +24,16 @@ type config struct {
 	maxLease          time.Duration
 	grantNum, grantDn int64
 	noEpochs          bool
+	noQuarantine      bool
+	uninitialised     bool
 }
+
+// DefaultMaxLease is the cap on the granted lease when [WithMaxLease] is
+// not given (or given zero): every backend caps its grants, because the
+// quarantine after a data loss lasts one maximum lease (ADR 0130), and an
+// uncapped lease would make it unbounded. Twice the engine's default lease
+// of 15s.
+const DefaultMaxLease = 30 * time.Second
 
 // WithClock sets the clock that measures session lifetimes. Default: the
 // system clock.
@@ -41,7 +50,11 @@ func WithIDSource(next func() driver.ID) Option {
 }
 
 // WithMaxLease caps the lease duration the backend grants, as ZooKeeper's
-// maxSessionTimeout does. Zero means no cap.
+// maxSessionTimeout does, and sets the length of the quarantine after a
+// data loss ([Backend.LoseData]): a session granted before the loss was
+// told it had at most this long, so once this long has passed on the
+// backend's clock since the loss was noticed, no session still believes in
+// a term from before it (ADR 0130). Zero means [DefaultMaxLease].
 func WithMaxLease(d time.Duration) Option {
 	return func(cfg *config) { cfg.maxLease = d }
 }
@@ -59,6 +72,24 @@ func WithGrantFraction(num, den int) Option {
 // backend: it exists so that tests can check that they catch one.
 func WithoutTokenEpochs() Option {
 	return func(cfg *config) { cfg.noEpochs = true }
+}
+
+// WithoutQuarantine turns off the quarantine after [Backend.LoseData]:
+// Acquire grants at once on the emptied namespace although sessions from
+// before the loss may still believe in their terms. It models a broken
+// backend: it exists so that tests can check that they catch one.
+func WithoutQuarantine() Option {
+	return func(cfg *config) { cfg.noQuarantine = true }
+}
+
+// WithUninitialisedNamespace makes [New] return a namespace whose epoch
+// record does not exist yet, as a Redis or ZooKeeper namespace nobody has
+// used looks like (it cannot be told from one that lost its data): the
+// first Acquire is quarantined for one maximum lease unless [Backend.Init]
+// created the record first. Without this option New's namespace is
+// initialised: nothing existed before it.
+func WithUninitialisedNamespace() Option {
+	return func(cfg *config) { cfg.uninitialised = true }
 }
 
 func (c *config) validate() error {

@@ -24,6 +24,11 @@ type store struct {
 	leases   map[string]lease
 	counters map[string]uint64 // per-name token counters; release never resets them
 	epoch    uint64
+	// hasEpoch says the namespace's epoch record exists: LoseData deletes
+	// it, and the first Acquire that finds it missing recreates it with a
+	// quarantine (ADR 0130).
+	hasEpoch        bool
+	quarantineUntil time.Time // on cfg.clock; no grant before it
 
 	subMu sync.Mutex
 	subs  []*subscriber
@@ -49,7 +54,30 @@ func newStore(cfg config) *store {
 		sessions: map[driver.ID]*sess{},
 		leases:   map[string]lease{},
 		counters: map[string]uint64{},
+		hasEpoch: !cfg.uninitialised,
 	}
+}
+
+// quarantine checks the epoch record, as every Acquire does in the same
+// step that grants: a missing record means the namespace's records were
+// lost, and it is recreated with a quarantine of one maximum lease from
+// now. It returns how long grants are still refused (0: not quarantined).
+func (s *store) quarantine(now time.Time) time.Duration {
+	if !s.hasEpoch {
+		s.hasEpoch = true
+		s.quarantineUntil = now.Add(s.cfg.maxLease)
+	}
+	if s.cfg.noQuarantine {
+		return 0
+	}
+	return max(s.quarantineUntil.Sub(now), 0)
+}
+
+// init creates the epoch record if it is missing, without a quarantine.
+func (s *store) init() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hasEpoch = true
 }
 
 // sweep ends every session whose lease has run out at now, and returns the
@@ -113,9 +141,7 @@ func (s *store) open(lease time.Duration, owner driver.Owner) (driver.OpenReply,
 		return driver.OpenReply{}, freed, errorf(ErrDuplicateID, "open: id %q was handed out before", id)
 	}
 	s.issued[id] = struct{}{}
-	if s.cfg.maxLease > 0 && lease > s.cfg.maxLease {
-		lease = s.cfg.maxLease
-	}
+	lease = min(lease, s.cfg.maxLease)
 	se := &sess{owner: owner, ttl: lease, expiresAt: now.Add(lease), version: 1, owned: map[string]uint64{}}
 	s.sessions[id] = se
 	s.order = append(s.order, id)
@@ -147,12 +173,13 @@ func (s *store) renew(req driver.RenewRequest) (driver.RenewReply, []string, err
 func (s *store) acquire(req driver.AcquireRequest) (driver.AcquireReply, []string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	freed := s.sweep(s.cfg.clock.Now())
+	now := s.cfg.clock.Now()
+	freed := s.sweep(now)
 	se, ok := s.sessions[req.ID]
 	if !ok {
 		return driver.AcquireReply{}, freed, errorf(driver.ErrExpired, "acquire for %s", req.ID)
 	}
-	reply := driver.AcquireReply{Results: make([]driver.AcquireResult, len(req.Names))}
+	reply := driver.AcquireReply{Results: make([]driver.AcquireResult, len(req.Names)), Quarantine: s.quarantine(now)}
 	changed := false
 	for i, name := range req.Names {
 		res := &reply.Results[i]
@@ -160,6 +187,9 @@ func (s *store) acquire(req driver.AcquireRequest) (driver.AcquireReply, []strin
 		if err := deadline.ValidateName(name); err != nil {
 			res.Err = err
 			continue
+		}
+		if reply.Quarantine > 0 {
+			continue // no grant, not even a report of a lease held
 		}
 		// The sweep above removed every lease of an expired session, so a
 		// lease still here is held by a live one.
