@@ -32,7 +32,9 @@ func Acquire(ctx context.Context, s *session.Session, name string) (*Held, error
 }
 
 // TryAcquire makes one attempt to acquire the lock and returns with
-// ErrNotAcquired if another session holds it. The attempt is made as soon
+// ErrNotAcquired if another session holds it, or with an error wrapping
+// session.ErrQuarantined if the backend grants nothing for now because it
+// lost its records (one maximum lease after the loss, ADR 0130). The attempt is made as soon
 // as the session is LIVE (at once, normally; while it is SUSPENDED or
 // OPENING, when it is LIVE again): ctx bounds that wait, and it fails with
 // an error wrapping session.ErrClosed if the session closes first.

@@ -346,3 +346,27 @@ func TestLockTermsAreNotLoggedAtInfo(t *testing.T) {
 		}
 	})
 }
+
+// TryAcquire during a data-loss quarantine (here: a namespace nobody
+// initialised, which cannot be told from a lost one) says why it failed:
+// an error wrapping session.ErrQuarantined, not ErrNotAcquired, since no
+// other session holds the lock. Once the quarantine is over it succeeds.
+func TestTryAcquireDuringAQuarantineSaysSo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.New(memory.WithUninitialisedNamespace(), memory.WithMaxLease(15*time.Second))
+		s := open(t, b)
+		_, err := lock.TryAcquire(context.Background(), s, "nightly")
+		if !errors.Is(err, session.ErrQuarantined) || errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("TryAcquire during a quarantine = %v, want an error wrapping session.ErrQuarantined (and not ErrNotAcquired)", err)
+		}
+		if !strings.Contains(err.Error(), `"nightly"`) {
+			t.Errorf("TryAcquire error %q does not name the lock", err)
+		}
+		time.Sleep(15 * time.Second) // virtual time: the quarantine passes
+		h, err := lock.TryAcquire(context.Background(), s, "nightly")
+		if err != nil {
+			t.Fatalf("TryAcquire after the quarantine: %v", err)
+		}
+		_ = h.Close()
+	})
+}

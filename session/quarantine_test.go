@@ -1,0 +1,194 @@
+package session_test
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/internal/layer"
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
+	"github.com/simba-go/simba/session/memory"
+	"github.com/simba-go/simba/term"
+)
+
+// The data-loss quarantine (ADR 0130), engine side: the backend announces
+// it in AcquireReply.Quarantine; the engine publishes it once, refuses the
+// names with an error wrapping ErrQuarantined, refuses (and releases) a
+// grant the same reply makes, and never lets it lengthen a term.
+
+// One BackendQuarantined event per quarantine, however many refused ticks
+// it lasts; the refusals wrap ErrQuarantined; a later quarantine is a new
+// event; after it ends the name is won with a higher token.
+func TestQuarantineIsOneEventAndRefusesWithErrQuarantined(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lease := deadline.DefaultLeaseDuration
+		f := newFixture(t, deadline.Config{}, memory.WithMaxLease(lease))
+		_, r := f.claim("a")
+		first := r.terms()[0]
+		for loss := 1; loss <= 2; loss++ {
+			f.b.LoseData(false)
+			advance(lease) // the renewal answers ErrExpired, the session reopens, the claim competes
+			if first.Valid() {
+				t.Fatalf("loss %d: the term from before the loss is still valid one lease later", loss)
+			}
+			if len(r.terms()) != loss {
+				t.Fatalf("loss %d: %d terms one lease after the loss, want %d: a quarantine grants nothing", loss, len(r.terms()), loss)
+			}
+			if got := f.ev.count(session.BackendQuarantined); got != loss {
+				t.Fatalf("loss %d: %d BackendQuarantined events, want %d: one per quarantine, not per refused tick", loss, got, loss)
+			}
+			e, _ := f.ev.last(session.BackendQuarantined)
+			if !errors.Is(e.Err, session.ErrQuarantined) || e.Remaining <= 0 || e.Remaining > lease {
+				t.Fatalf("loss %d: event Err %v Remaining %v, want ErrQuarantined and (0, %v]", loss, e.Err, e.Remaining, lease)
+			}
+			r.mu.Lock()
+			refusals := append([]error(nil), r.refuse...)
+			r.mu.Unlock()
+			if len(refusals) < 2 {
+				t.Fatalf("loss %d: %d refusals, want one per tick of the quarantine", loss, len(refusals))
+			}
+			for _, err := range refusals {
+				if !errors.Is(err, session.ErrQuarantined) {
+					t.Fatalf("loss %d: refusal %v does not wrap ErrQuarantined", loss, err)
+				}
+			}
+			advance(lease)
+			ts := r.terms()
+			if len(ts) != loss+1 || !ts[loss].Valid() {
+				t.Fatalf("loss %d: %d terms after the quarantine, want %d, the last valid", loss, len(ts), loss+1)
+			}
+			if ts[loss].Token() <= ts[loss-1].Token() {
+				t.Fatalf("loss %d: token %d after %d", loss, ts[loss].Token(), ts[loss-1].Token())
+			}
+			if got := f.ev.count(session.BackendQuarantined); got != loss {
+				t.Fatalf("loss %d: %d BackendQuarantined events after the quarantine, want %d", loss, got, loss)
+			}
+			first = ts[loss]
+			r.mu.Lock()
+			r.refuse = nil
+			r.mu.Unlock()
+		}
+	})
+}
+
+// A grant inside a quarantine the same reply announces makes no sense: it
+// is a contract violation, no term is made, and the lease is released by
+// its token so that the name is free again.
+func TestGrantInsideAnnouncedQuarantineIsAViolation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := memory.New()
+		m := &mangle{Backend: b, fn: func(r driver.AcquireReply) driver.AcquireReply {
+			r.Quarantine = 10 * time.Second
+			return r
+		}}
+		ev := &events{}
+		s := openListened(t, m, ev)
+		r := claimOn(t, s, "a")
+		m.mu.Lock()
+		granted := m.tokens
+		m.mu.Unlock()
+		if len(granted) != 1 || granted[0] == 0 {
+			t.Fatalf("mangled reply tokens %v, want one grant", granted)
+		}
+		// The release broadcasts the name, which makes the claim try again
+		// at once, honestly: a term may follow, but never with the token
+		// of the grant the quarantine voided.
+		if ts := r.terms(); len(ts) > 1 || len(ts) == 1 && ts[0].Token() <= granted[0] {
+			t.Fatalf("terms %v from a reply that announced a quarantine with token %d: want none with that token", ts, granted[0])
+		}
+		if ev.count(session.BackendContractViolation) != 1 {
+			t.Fatalf("%d BackendContractViolation events, want 1", ev.count(session.BackendContractViolation))
+		}
+		if e, _ := ev.last(session.BackendContractViolation); !errors.Is(e.Err, session.ErrContractViolation) {
+			t.Fatalf("violation Err = %v", e.Err)
+		}
+		if _, tok, ok := b.Owner("a"); ok && tok == granted[0] {
+			t.Fatalf("the lease granted during the quarantine is still held (token %d): it is released by token", tok)
+		}
+		advance(10 * time.Second)
+		ts := r.terms()
+		if len(ts) != 1 || !ts[0].Valid() || ts[0].Token() <= granted[0] {
+			t.Fatalf("after the lie: terms %v, want one valid term with a token above %d", ts, granted[0])
+		}
+	})
+}
+
+// A negative or huge Quarantine never lengthens a term: a term held while
+// such replies arrive for another name still ends one validity after its
+// last renewal. A negative one announces nothing (the grant stands); a
+// huge one refuses, and its refusal says so.
+func TestQuarantineNeverLengthensATerm(t *testing.T) {
+	for _, q := range []time.Duration{math.MinInt64, -time.Second, math.MaxInt64, 1000 * time.Hour} {
+		t.Run(q.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b, _ := memory.New()
+				m := &mangle{Backend: b}
+				ev := &events{}
+				s := openListened(t, m, ev)
+				cfg := s.Config()
+				ra := claimOn(t, s, "a")
+				ta := ra.terms()[0]
+				m.mu.Lock()
+				m.fn = func(r driver.AcquireReply) driver.AcquireReply { r.Quarantine = q; return r }
+				m.mu.Unlock()
+				rb := claimOn(t, s, "b")
+				if rem := ta.Remaining(); rem > cfg.Validity(cfg.LeaseDuration) {
+					t.Fatalf("term a: Remaining %v after a Quarantine of %v, more than a lease's validity", rem, q)
+				}
+				if q > 0 {
+					m.mu.Lock()
+					lied := m.tokens[0]
+					m.mu.Unlock()
+					for _, tb := range rb.terms() {
+						if tb.Token() <= lied {
+							t.Fatalf("b won with token %d from a reply announcing a quarantine of %v", tb.Token(), q)
+						}
+					}
+					if ev.count(session.BackendQuarantined) != 1 {
+						t.Fatalf("%d BackendQuarantined events, want 1", ev.count(session.BackendQuarantined))
+					}
+				} else if len(rb.terms()) != 1 || ev.count(session.BackendQuarantined) != 0 {
+					t.Fatalf("Quarantine %v: b has %d terms and %d BackendQuarantined events, want 1 and 0: a negative quarantine announces nothing",
+						q, len(rb.terms()), ev.count(session.BackendQuarantined))
+				}
+				b.FailCalls(errors.New("down")) // no more renewals: a ends on its deadline
+				advance(cfg.Validity(cfg.LeaseDuration))
+				if ta.Valid() {
+					t.Fatalf("term a still valid one lease's validity after its last renewal (Quarantine %v)", q)
+				}
+				if ta.Reason() != term.DeadlinePassed {
+					t.Fatalf("term a ended with %v, want %v", ta.Reason(), term.DeadlinePassed)
+				}
+			})
+		})
+	}
+}
+
+// openListened opens a session on b whose events go to ev.
+func openListened(t *testing.T, b session.Backend, ev *events) *session.Session {
+	t.Helper()
+	s, err := session.Open(t.Context(), b, session.WithListener(ev.listen), session.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	synctest.Wait()
+	return s
+}
+
+// claimOn claims name on s, wanted, and waits until the engine is idle.
+func claimOn(t *testing.T, s *session.Session, name string) *recorder {
+	t.Helper()
+	r := &recorder{}
+	c, err := layer.MustOf(s).Claim(name, r)
+	if err != nil {
+		t.Fatalf("Claim(%q): %v", name, err)
+	}
+	layer.MustOf(s).Do(func() { c.Want(true) })
+	synctest.Wait()
+	return r
+}
