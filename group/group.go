@@ -525,6 +525,10 @@ func (g *Group) claim(pts []*part) {
 			}
 			pt.c = cs[i]
 			pt.c.SetOwner(g) // the partition's callbacks and tasks are the group's
+			// A rebalance's releases come as a stream, each when its old
+			// owner's task returns: answered in one Acquire per window,
+			// not one each (ADR 0102).
+			pt.c.PaceNotices()
 			if pt.want && !g.closed && g.leaving == nil {
 				ready = append(ready, pt.c)
 			} else {

@@ -351,6 +351,8 @@ func (s *Session) armCandidate() {
 		return
 	}
 	s.after(&s.candidate, s.cfg.RetryDelay(s.env.Jitter()), func() {
+		s.stopTimer(&s.noticeT) // the tick answers the paced notices too
+		s.answerNoticed()
 		for _, c := range s.order {
 			if c.want && c.held == nil && c.attempt == 0 {
 				c.queue()
@@ -587,11 +589,53 @@ func (s *Session) notice(n Notice) {
 			}
 		}
 	} else if c := s.claims[n.Name]; c != nil && c.want && c.held == nil {
-		c.queue()
+		if c.paced {
+			s.pacedNotice(c)
+		} else {
+			c.queue()
+		}
 	}
 	s.pumpAcquire()
 	s.mu.Unlock()
 	s.drain()
+}
+
+// pacedNotice answers a paced claim's notice at once if no paced notice
+// was answered in the last RetryDelay(0) (the shortest candidate tick),
+// and otherwise at the end of that window, with every paced notice that
+// arrived in it, in one Acquire: a stream of notices (a rebalance's
+// releases, each when its old owner's task returns) costs one call per
+// window instead of one per notice, and a lone notice waits for nothing.
+// A candidate tick answers the waiting ones too. Lock held.
+func (s *Session) pacedNotice(c *claim) {
+	now := s.env.Now()
+	if !now.Before(s.noticeUntil) {
+		s.noticeUntil = now.Add(s.cfg.RetryDelay(0))
+		c.queue()
+		return
+	}
+	if !c.noticed {
+		c.noticed = true
+		s.noticed = append(s.noticed, c)
+	}
+	if s.noticeT.stop == nil {
+		s.after(&s.noticeT, s.noticeUntil.Sub(now), func() {
+			s.noticeUntil = s.env.Now().Add(s.cfg.RetryDelay(0))
+			s.answerNoticed()
+			s.pumpAcquire()
+		})
+	}
+}
+
+// answerNoticed queues the claims whose paced notice waits. Lock held.
+func (s *Session) answerNoticed() {
+	for _, c := range s.noticed {
+		c.noticed = false
+		if c.want && c.held == nil && !c.dropped {
+			c.queue()
+		}
+	}
+	s.noticed = nil
 }
 
 // quarantine notes the quarantine an Acquire reply announced and returns

@@ -72,7 +72,10 @@ type Session struct {
 	releasing   bool
 	releaseQ    []pendingRelease
 	candidate   timer
-	openRetry   timer // the next Open after a failed one
+	noticeUntil time.Time // paced notices until then wait for noticeT (Session.notice)
+	noticeT     timer     // answers the paced notices of the window
+	noticed     []*claim  // paced claims whose notice waits for noticeT
+	openRetry   timer     // the next Open after a failed one
 	effects     []func()
 	draining    bool
 	queued      uint64     // effects deferred so far
@@ -271,6 +274,7 @@ func (s *Session) Close() error {
 	inc := s.inc
 	s.stopTimer(&s.candidate)
 	s.stopTimer(&s.openRetry)
+	s.stopTimer(&s.noticeT)
 	for _, c := range s.order {
 		c.want = false
 		c.attempt = 0

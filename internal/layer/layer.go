@@ -87,6 +87,14 @@ type Claim interface {
 	// (Engine.WouldWaitForSelf): a term's context then names key. By
 	// default a claim owns its own. Call it before the claim wins a term.
 	SetOwner(key any)
+	// PaceNotices lets the claim's release notices wait for a batch: the
+	// session answers a paced claim's notice at once when no paced notice
+	// was answered in the last half renewal interval (the shortest
+	// candidate tick), else at the end of that window, together with every
+	// paced notice that arrived in it, in one Acquire. For claims whose
+	// notices come in streams (a group's partitions during a rebalance);
+	// an election's notices stay unpaced, answered at once. ADR 0102.
+	PaceNotices()
 }
 
 // Engine is the hook side of one session.
