@@ -107,14 +107,6 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 	if !s.CanInspect() {
 		return nil, fmt.Errorf("simba: join group %q: %w", name, ErrNoInspector)
 	}
-	// A session is at most one member of a group: two would compete with
-	// each other for the same partition claims (the claim of a name is one
-	// per session), every tick. Member records are the only "group" kind.
-	for _, e := range s.Snapshot().Entries {
-		if e.Kind == "group" && strings.HasPrefix(e.Name, name+":m:") {
-			return nil, fmt.Errorf("simba: join group %q: the session is already a member (%s): %w", name, e.Name, session.ErrAlreadyStarted)
-		}
-	}
 	g := &Group{
 		s:        s,
 		eng:      eng,
@@ -134,6 +126,21 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 		return nil, fmt.Errorf("simba: join group %q: %w", name, err)
 	}
 	g.member = c
+	// A session is at most one member of a group: two would compete with
+	// each other for the same partition claims (the claim of a name is one
+	// per session), every tick. The check follows the registration, so
+	// that two concurrent Joins cannot both pass it: the snapshot lists
+	// claims in registration order, and the member record registered
+	// first wins. Member records are the only "group" kind.
+	for _, e := range s.Snapshot().Entries {
+		if e.Kind == "group" && strings.HasPrefix(e.Name, name+":m:") {
+			if e.Name == g.memberName() {
+				break
+			}
+			eng.Do(c.Drop)
+			return nil, fmt.Errorf("simba: join group %q: the session is already a member (%s): %w", name, e.Name, session.ErrAlreadyStarted)
+		}
+	}
 	closed := false
 	eng.Do(func() {
 		c.SetOwner(g)
