@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/internal/layer"
+	"github.com/simba-go/simba/internal/serial"
 
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/term"
@@ -70,7 +71,7 @@ type Election struct {
 	c        layer.Claim
 	name     string
 	listener Listener
-	queue    *serial
+	queue    *serial.Queue
 	tasks    []Task
 	oneTerm  bool
 	kind     string
@@ -134,7 +135,7 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 		eng:       eng,
 		name:      name,
 		listener:  o.listener,
-		queue:     &serial{eng: eng, exec: o.exec, quiet: quiet},
+		queue:     newQueue(eng, o.exec, quiet),
 		tasks:     o.tasks,
 		oneTerm:   o.oneTerm,
 		kind:      o.kind,
@@ -148,7 +149,7 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 		return nil, fmt.Errorf("simba: start election: %w", err)
 	}
 	e.c = c
-	e.queue.owner = c
+	e.queue.SetOwner(c)
 	closed := false
 	eng.Do(func() {
 		if closed = e.closed; closed {
@@ -222,15 +223,12 @@ func (e *Election) won(t *term.Term) {
 	e.ts = ts
 	e.running = 0
 	e.eng.Defer(func() {
-		e.queue.push(item{
-			run: func() {
-				e.listener.OnElected(t)
-				e.eng.Do(func() { e.startTasks(t) })
-			},
-			refused: func(err error) {
-				ts.refused.Store(true)
-				e.refused(t, err)
-			},
+		e.queue.Push(func() {
+			e.listener.OnElected(t)
+			e.eng.Do(func() { e.startTasks(t) })
+		}, func(err error) {
+			ts.refused.Store(true)
+			e.refused(t, err)
 		})
 	})
 }
@@ -304,7 +302,7 @@ func (e *Election) revoked(ts *termState, reason term.RevokeReason) {
 		}
 	}
 	e.eng.Defer(func() {
-		e.queue.push(item{run: run, refused: func(error) { e.queue.inside(true, run) }})
+		e.queue.PushMustRun(run)
 	})
 }
 
@@ -373,8 +371,8 @@ func (e *Election) stop() <-chan struct{} {
 		finish := func() {
 			e.c.Drop()
 			e.eng.Defer(func() {
-				e.queue.whenIdle(func() {
-					e.queue.close()
+				e.queue.WhenIdle(func() {
+					e.queue.Close()
 					close(ch)
 				})
 			})
@@ -405,7 +403,7 @@ func (e *Election) stepDown(cooldown time.Duration) (done <-chan struct{}, stopp
 			return
 		}
 		finish := func() {
-			e.eng.Defer(func() { e.queue.whenIdle(func() { close(ch) }) })
+			e.eng.Defer(func() { e.queue.WhenIdle(func() { close(ch) }) })
 		}
 		if e.oneTerm {
 			// Single-term is terminal: the term handed over, the name is

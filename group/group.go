@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/simba-go/simba/internal/layer"
+	"github.com/simba-go/simba/internal/serial"
 
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/election"
@@ -50,7 +51,7 @@ type Group struct {
 	listener Listener
 	tasks    []Task
 	onError  func(error)
-	queue    *serial
+	queue    *serial.Queue
 	spawn    func(p int, t *term.Term, task Task, done func())
 	member   layer.Claim
 
@@ -116,11 +117,11 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 		listener: o.listener,
 		tasks:    o.tasks,
 		onError:  o.onError,
-		queue:    &serial{eng: eng, exec: o.exec},
+		queue:    newQueue(eng, o.exec),
 		parts:    make([]*part, partitions),
 	}
 	g.spawn = g.goTask
-	g.queue.owner = g
+	g.queue.SetOwner(g)
 	c, err := eng.Claim(g.memberName(), memberHandler{g})
 	if err != nil {
 		return nil, fmt.Errorf("simba: join group %q: %w", name, err)
@@ -358,8 +359,8 @@ func (g *Group) checkLeft() {
 	}
 	ch := g.leaving
 	g.eng.Defer(func() {
-		g.queue.whenIdle(func() {
-			g.queue.close()
+		g.queue.WhenIdle(func() {
+			g.queue.Close()
 			close(ch)
 		})
 	})
