@@ -494,6 +494,12 @@ func (w *sim) assigned(n *simNode, p int, t *term.Term) {
 		if pt.p != p || pt.t == t || pt.exited || pt.node.crashed {
 			continue
 		}
+		// A term older than the one handed over is no new owner: its
+		// OnAssigned arrives late, from a node paused since it won (seed
+		// 125), and its term is already over (as in the election's check).
+		if t.Token() < pt.t.Token() && !t.Valid() {
+			continue
+		}
 		if w.now >= pt.boundAt || pt.node.s.ID() != pt.session || pt.node.s.Remaining() <= 0 || w.preLoss(pt.t.Token()) {
 			continue
 		}
