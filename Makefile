@@ -82,7 +82,7 @@ chaos: services
 
 ## sim-long: the seeded simulation with many more seeds
 sim-long:
-	cd election && SIMBA_SIM_SEEDS=$${SIMBA_SIM_SEEDS:-200000} $(GO) test -count=1 -timeout 2h -run TestSimulation ./...
+	cd election && SIMBA_SIM_SEEDS=$${SIMBA_SIM_SEEDS:-200000} $(GO) test -count=1 -timeout 2h -run TestSimulation
 
 ## docs: gather docs/benchmarks.md and docs/spec-coverage.md from the per-module fragments
 docs:

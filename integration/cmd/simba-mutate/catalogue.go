@@ -28,6 +28,10 @@ var catalogue = []Mutation{
 		Old: "if c.MinBackoff >= v-c.RenewInterval {", New: "if false {",
 		Catch: "deadline TestValidate (defect 9)"},
 
+	{Name: "owner-too-long-accepted", File: "deadline/owner.go",
+		Old: "if len(identity) > MaxIdentityLen {", New: "if false {",
+		Catch: "deadline TestValidateOwner (an identity of 129 bytes)"},
+
 	// --- term
 	{Name: "valid-ignores-revocation", File: "term/term.go",
 		Old: "\tif ended {\n\t\treturn 0\n\t}\n", New: "\t_ = ended\n",
@@ -111,6 +115,15 @@ var catalogue = []Mutation{
 		Old: "s.inc = nil // ID is empty once Closed", New: "",
 		Catch: "session TestIDIsEmptyAfterClose (defect 10)"},
 
+	// --- the data-loss quarantine (ADR 0130): the memory backend the
+	// simulation runs on must keep it, or exclusion breaks after a loss
+	{Name: "memory-quarantine-ignored", File: "session/memory/store.go",
+		Old: "return max(s.quarantineUntil.Sub(now), 0)", New: "return 0",
+		Catch: "session TestQuarantineIsOneEventAndRefusesWithErrQuarantined; simulation (two valid terms after a data loss)"},
+	{Name: "memory-quarantine-shorter-than-max-lease", File: "session/memory/store.go",
+		Old: "s.quarantineUntil = now.Add(s.cfg.maxLease)", New: "s.quarantineUntil = now.Add(s.cfg.maxLease / 2)",
+		Catch: "session TestQuarantineIsOneEventAndRefusesWithErrQuarantined (a term within one lease of the loss); simulation (two valid terms)"},
+
 	// --- election: handover and callbacks
 	{Name: "onrevoked-before-release-answers", File: "election/election.go",
 		Old: "e.c.Release(reason, after)", New: "e.c.Release(reason, nil)\n\t\t\tafter()",
@@ -136,6 +149,11 @@ var catalogue = []Mutation{
 	{Name: "single-term-refusal-cools-down", File: "election/election.go",
 		Old: "if e.oneTerm { // single-term is terminal", New: "if false { // single-term is terminal",
 		Catch: "election TestSingleTermIsTerminal/refused (defect 8)"},
+
+	// --- the election simulation's checker: a checker too lenient must be caught too
+	{Name: "sim-handover-skips-valid-older-term", File: "election/sim_test.go",
+		Old: "if cb.t.Token() < t.t.Token() && !cb.t.Valid() {", New: "if cb.t.Token() < t.t.Token() {",
+		Catch: "election TestHandoverCheckSkipsOnlyEndedOlderTerms", Modules: []string{"election"}},
 
 	// --- group: partition groups (docs/mutation-group.md)
 	{Name: "group-quota-extras-to-smallest", File: "group/assign.go",
