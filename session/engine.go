@@ -374,6 +374,7 @@ func (s *Session) pumpAcquire() {
 	var names []string
 	s.seq++
 	attempt := s.seq
+	s.lastAcquire = attempt
 	for _, c := range s.order {
 		if !c.queued {
 			continue
@@ -474,7 +475,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r d
 			}
 		}
 	}
-	quarantined := s.quarantine(inc, r.Quarantine)
+	quarantined := s.quarantine(inc, r.Quarantine, attempt == s.lastAcquire)
 	for _, res := range r.Results {
 		n, asked := answers[res.Name]
 		if !asked {
@@ -641,14 +642,19 @@ func (s *Session) answerNoticed() {
 // quarantine notes the quarantine an Acquire reply announced and returns
 // the error refused names carry, or nil when the reply announced none. The
 // event is published when a quarantine begins, not for every refused tick.
-// A quarantine never lengthens a term: it only refuses grants.
-func (s *Session) quarantine(inc *incarnation, d time.Duration) error {
+// Only the reply of the latest Acquire sent (latest) moves that state: a
+// late reply of an abandoned one is old news, which must neither end the
+// quarantine current replies announce nor start one. A quarantine never
+// lengthens a term: it only refuses grants.
+func (s *Session) quarantine(inc *incarnation, d time.Duration, latest bool) error {
 	if d <= 0 {
-		s.quarantined = false
+		if latest {
+			s.quarantined = false
+		}
 		return nil
 	}
 	err := fmt.Errorf("%w: no lease for %v more", ErrQuarantined, d)
-	if !s.quarantined {
+	if latest && !s.quarantined {
 		s.quarantined = true
 		s.emit(Event{Kind: BackendQuarantined, Session: inc.id, Remaining: d, Err: err})
 	}

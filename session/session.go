@@ -66,7 +66,8 @@ type Session struct {
 	tokens      map[string]uint64 // highest token of any term made per name: a later term's must exceed it
 	order       []*claim          // claims in registration order, for deterministic batches
 	openFails   int
-	quarantined bool // the last Acquire reply announced a quarantine (BackendQuarantined published)
+	quarantined bool   // the latest Acquire's reply announced a quarantine (BackendQuarantined published)
+	lastAcquire uint64 // the attempt of the latest Acquire sent
 	acquiring   bool
 	holdPump    bool // WantAll is queueing claims: one Acquire when it is done
 	releasing   bool
