@@ -28,6 +28,9 @@ var (
 	// ErrNoInspector: the session's backend cannot list who holds leases,
 	// which a group needs to see its members.
 	ErrNoInspector = session.ErrNoInspector
+	// ErrLeft: StepDown was called on a member that has left or is
+	// leaving the group (Leave, Close, or its session closed).
+	ErrLeft = errors.New("simba: the member has left the group")
 )
 
 // Limits of a group's shape, so that every lease name it makes is valid
@@ -67,6 +70,9 @@ type Group struct {
 	inspecting bool
 	members    []string // as the last poll saw them
 	polls      uint64
+	cooling    bool            // stepped down: not a member until the cooldown ends
+	coolStop   func() bool     // the cooldown's timer
+	stepped    []chan struct{} // StepDowns waiting for their handovers
 }
 
 // Join makes the session a member of the group name, whose partitions are
@@ -252,7 +258,7 @@ type Snapshot struct {
 	Name       string   `json:"name"`
 	Partitions int      `json:"partitions"`
 	Member     string   `json:"member"`
-	Status     string   `json:"status"`  // JOINING, MEMBER, LEAVING or LEFT
+	Status     string   `json:"status"`  // JOINING, MEMBER, COOLDOWN, LEAVING or LEFT
 	Members    []string `json:"members"` // as the last poll saw them
 	Owned      []Owned  `json:"owned"`   // by partition
 }
@@ -288,6 +294,8 @@ func (g *Group) status() string {
 		return "LEFT"
 	case g.leaving != nil || g.closed:
 		return "LEAVING"
+	case g.cooling:
+		return "COOLDOWN"
 	case g.joined:
 		return "MEMBER"
 	}
@@ -333,6 +341,7 @@ func (g *Group) leave() <-chan struct{} {
 		ch = make(chan struct{})
 		g.leaving = ch
 		g.stopPoll()
+		g.stopCooldown()
 		g.member.Want(false)
 		g.member.Release(term.Stopped, nil)
 		for _, pt := range g.parts {
@@ -345,9 +354,23 @@ func (g *Group) leave() <-chan struct{} {
 	return ch
 }
 
-// checkLeft completes a Leave once no handover is under way. Lock held.
+// checkLeft completes the StepDowns and the Leave waiting for the
+// handovers under way, once there are none. Lock held.
 func (g *Group) checkLeft() {
-	if g.leaving == nil || g.left || g.handovers > 0 {
+	if g.handovers > 0 {
+		return
+	}
+	if stepped := g.stepped; len(stepped) > 0 {
+		g.stepped = nil
+		g.eng.Defer(func() {
+			g.queue.WhenIdle(func() { // after the OnRevoked of every handover
+				for _, ch := range stepped {
+					close(ch)
+				}
+			})
+		})
+	}
+	if g.leaving == nil || g.left {
 		return
 	}
 	g.left = true
@@ -385,7 +408,7 @@ func (g *Group) stopPoll() {
 // armPoll schedules the next poll one candidate tick from now. Lock held.
 func (g *Group) armPoll() {
 	g.stopPoll()
-	if g.closed || g.leaving != nil {
+	if g.closed || g.leaving != nil || g.cooling {
 		return
 	}
 	d := g.s.Config().RetryDelay(g.eng.Jitter())
@@ -419,7 +442,7 @@ func (g *Group) poll() {
 	}, func(v any, err error) {
 		hs, _ := v.([]session.Holder)
 		g.inspecting = false
-		if g.closed || g.leaving != nil {
+		if g.closed || g.leaving != nil || g.cooling {
 			return
 		}
 		if err != nil {
@@ -565,6 +588,10 @@ func (m memberHandler) Won(*term.Term) {
 		g.member.Release(term.Stopped, nil)
 		return
 	}
+	if g.cooling { // won by an attempt sent before the step down
+		g.member.Release(term.SteppedDown, nil)
+		return
+	}
 	g.joined = true
 	g.poll()
 }
@@ -581,6 +608,7 @@ func (m memberHandler) Closed() {
 	g.closed = true
 	g.joined = false
 	g.stopPoll()
+	g.stopCooldown()
 }
 
 func (m memberHandler) Describe() (kind, status string) {

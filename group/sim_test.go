@@ -22,7 +22,8 @@ import (
 // on virtual true time from a single goroutine, so a seed reproduces a run
 // exactly. Node clocks run at their own rates; replies are delayed, lost,
 // duplicated and reordered; nodes pause past the lease, crash (a new node
-// replaces them), leave and join again; the backend loses its data. After
+// replaces them), leave and join again, step down for a while; the backend
+// loses its data. After
 // every event the checker verifies that no partition has two valid owners;
 // as terms begin, that tokens rise per partition; as callbacks run, that
 // they are paired and that a partition's next owner hears OnAssigned only
@@ -376,6 +377,13 @@ func (w *sim) act() {
 	case k < 64:
 		w.backend.LoseData(false)
 		w.note("backend lost its data")
+	case k < 72: // step down for a while (ends well before the quiet period does)
+		if n.g == nil || n.rejoining {
+			return
+		}
+		cool := time.Duration(w.delay(20_000))
+		w.note("n%d: step down for %v", n.id, cool)
+		n.g.stepDown(cool)
 	}
 }
 
