@@ -117,6 +117,12 @@ var catalogue = []Mutation{
 
 	// --- the data-loss quarantine (ADR 0130): the memory backend the
 	// simulation runs on must keep it, or exclusion breaks after a loss
+	{Name: "grant-in-announced-quarantine-accepted", File: "session/engine.go",
+		Old: "if quarantined != nil && res.Token != 0 {", New: "if false && res.Token != 0 {",
+		Catch: "session TestGrantInsideAnnouncedQuarantineIsAViolation"},
+	{Name: "quarantine-event-every-tick", File: "session/engine.go",
+		Old: "if latest && !s.quarantined {", New: "if latest {",
+		Catch: "session TestQuarantineIsOneEventAndRefusesWithErrQuarantined"},
 	{Name: "memory-quarantine-ignored", File: "session/memory/store.go",
 		Old: "return max(s.quarantineUntil.Sub(now), 0)", New: "return 0",
 		Catch: "session TestQuarantineIsOneEventAndRefusesWithErrQuarantined; simulation (two valid terms after a data loss)"},
