@@ -151,13 +151,18 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 	e.c = c
 	e.queue.SetOwner(c)
 	closed := false
-	eng.Do(func() {
+	start := func() {
 		if closed = e.closed; closed {
 			return // the session closed between Claim and now
 		}
 		e.status = Candidate
 		c.Want(true)
-	})
+	}
+	if o.waitCtx != nil {
+		eng.DoWait(o.waitCtx, start)
+	} else {
+		eng.Do(start)
+	}
 	if closed {
 		return nil, fmt.Errorf("simba: start election %q: %w", name, session.ErrClosed)
 	}
@@ -314,7 +319,7 @@ func (e *Election) revoked(ts *termState, reason term.RevokeReason) {
 // ErrWouldBlockSelf. Nothing is delivered to the listener once Stop has
 // completed.
 func (e *Election) Stop(ctx context.Context) error {
-	return e.wait(ctx, e.stop())
+	return e.wait(ctx, e.stop(ctx))
 }
 
 // Close is Stop without a deadline, for io.Closer.
@@ -356,9 +361,18 @@ func (e *Election) wait(ctx context.Context, done <-chan struct{}) error {
 }
 
 // stop starts the stop and returns a channel closed when it completes.
-func (e *Election) stop() <-chan struct{} {
+// A caller that will wait for it without bound (Close, Stop without a
+// deadline) and is not what the handover waits for runs the release on
+// its own goroutine (DoWait): it would wait for it anyway. A Stop with a
+// deadline hands the release to a goroutine, which goes on after the
+// deadline.
+func (e *Election) stop(ctx context.Context) <-chan struct{} {
 	var ch chan struct{}
-	e.eng.Do(func() {
+	do := e.eng.Do
+	if ctx.Done() == nil && !e.eng.WouldWaitForSelf(ctx, e.c) {
+		do = func(f func()) { e.eng.DoWait(ctx, f) }
+	}
+	do(func() {
 		if e.stopping != nil {
 			ch = e.stopping
 			return

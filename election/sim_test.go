@@ -605,7 +605,7 @@ func (w *sim) act() {
 		if e := n.elections[name]; e != nil {
 			w.note("n%d %s: stop", n.id, name)
 			w.beginHandover(n, name)
-			done := e.stop()
+			done := e.stop(context.Background())
 			delete(n.elections, name)
 			var restart func()
 			restart = func() {
@@ -933,7 +933,7 @@ func runSim(cfg simConfig, seed uint64) simResult {
 		}
 		for _, name := range cfg.names {
 			if e := n.elections[name]; e != nil {
-				stops = append(stops, e.stop())
+				stops = append(stops, e.stop(context.Background()))
 			}
 		}
 	}

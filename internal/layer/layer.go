@@ -107,6 +107,13 @@ type Engine interface {
 	// Do runs f with the engine's lock held, then runs what f deferred. f
 	// must not block.
 	Do(f func())
+	// DoWait is Do for a caller that waits for what f starts (a lock's
+	// first attempt, a release it waits for): the first backend call f
+	// makes may run on the caller's goroutine, reply included, before
+	// DoWait returns. ctx bounds that: when it ends first, the call is
+	// given up as if it had timed out. The caller must not hold anything
+	// the backend call needs.
+	DoWait(ctx context.Context, f func())
 	// Defer runs f after the engine's lock is released, after everything
 	// deferred before it. Lock held.
 	Defer(f func())

@@ -192,4 +192,9 @@ var catalogue = []Mutation{
 	{Name: "paced-notices-answered-one-each", File: "session/engine.go",
 		Old: "if c.paced {", New: "if false {",
 		Catch: "session TestPacedNoticesAreOneAcquirePerWindow (20 calls instead of 2)", Modules: []string{"session"}},
+
+	// --- session: a backend call on the caller's goroutine (issue 11)
+	{Name: "inline-call-ignores-caller-ctx", File: "session/session.go",
+		Old: "stop := context.AfterFunc(ctx, c.abandon)", New: "stop := func() bool { return c == nil }",
+		Catch: "lock TestTryAcquireGivesUpItsFirstAttemptWithContext", Modules: []string{"lock"}},
 }
