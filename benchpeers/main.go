@@ -18,6 +18,7 @@ import (
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/lock"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // backend is one server kind: its cases, and how to clean up after them.
@@ -38,6 +39,7 @@ var setups = map[string]setup{
 	"postgres": postgresSetup,
 	"mariadb":  mariadbSetup,
 	"zk":       zkSetup,
+	"etcd":     etcdSetup,
 }
 
 func main() {
@@ -53,7 +55,7 @@ func main() {
 
 func run(w io.Writer, args []string) error {
 	fs := flag.NewFlagSet("benchpeers", flag.ContinueOnError)
-	which := fs.String("backends", "redis,postgres,mariadb,zk", "backends to measure, comma-separated")
+	which := fs.String("backends", "redis,postgres,mariadb,zk,etcd", "backends to measure, comma-separated")
 	rounds := fs.Int("rounds", 40, "shuffled rounds of acquire + release")
 	batch := fs.Int("batch", 25, "acquire + release operations per case per round")
 	hrounds := fs.Int("handover-rounds", 12, "shuffled rounds of handovers (one per case and lead time each)")
@@ -92,7 +94,7 @@ func run(w io.Writer, args []string) error {
 	for _, name := range strings.Split(*which, ",") {
 		st, ok := setups[name]
 		if !ok {
-			return fmt.Errorf("unknown backend %q (want redis, postgres, mariadb, zk)", name)
+			return fmt.Errorf("unknown backend %q (want redis, postgres, mariadb, zk, etcd)", name)
 		}
 		b, err := st(ctx, ns)
 		if err != nil {
@@ -160,19 +162,48 @@ func ratio(x, base float64) string {
 }
 
 // simbaCases opens Simba's sessions on b for both measures, their
-// closing added to cl; the handover's sessions run with cfg.
-func simbaCases(ctx context.Context, b session.Backend, cfg deadline.Config, cl *closers) (pairCase, handoverCase, error) {
+// closing added to cl; the handover's sessions run with cfg. The pair
+// cases are Simba through its public API and, to tell the engine's share
+// from the backend's, the backend's two calls alone.
+func simbaCases(ctx context.Context, b session.Backend, cfg deadline.Config, cl *closers) ([]pairCase, handoverCase, error) {
 	p, closeP, err := simbaPair(ctx, b, "pair")
 	if err != nil {
-		return pairCase{}, handoverCase{}, err
+		return nil, handoverCase{}, err
 	}
 	cl.add(closeP)
+	d, closeD, err := driverPair(ctx, b, "driver")
+	if err != nil {
+		return nil, handoverCase{}, err
+	}
+	cl.add(closeD)
 	h, closeH, err := simbaHandover(ctx, b, "handover", cfg)
 	if err != nil {
-		return pairCase{}, handoverCase{}, err
+		return nil, handoverCase{}, err
 	}
 	cl.add(closeH)
-	return p, h, nil
+	return []pairCase{p, d}, h, nil
+}
+
+// driverPair is the backend's Acquire + Release alone, on a backend
+// session of its own, with no engine: what the engine adds is the Simba
+// case minus this one.
+func driverPair(ctx context.Context, b session.Backend, name string) (pairCase, func(), error) {
+	r, err := b.Open(ctx, driver.OpenRequest{LeaseDuration: ttl, Owner: driver.Owner{Identity: "benchpeers"}})
+	if err != nil {
+		return pairCase{}, nil, err
+	}
+	names := []string{name}
+	op := func(ctx context.Context) error {
+		rep, err := b.Acquire(ctx, driver.AcquireRequest{ID: r.ID, Names: names})
+		if err != nil {
+			return err
+		}
+		if len(rep.Results) != 1 || rep.Results[0].Token == 0 {
+			return fmt.Errorf("driver acquire of %q not granted: %+v", name, rep.Results)
+		}
+		return b.Release(ctx, driver.ReleaseRequest{ID: r.ID, Leases: []driver.Lease{{Name: name, Token: rep.Results[0].Token}}})
+	}
+	return pairCase{name: "Simba backend alone (driver Acquire + Release)", op: op}, func() { _ = b.Close(context.Background(), r.ID) }, nil
 }
 
 // simbaPair is lock.TryAcquire + Close on one long-lived session with the

@@ -101,11 +101,10 @@ func redisSetup(ctx context.Context, ns string) (*backend, error) {
 	return &backend{
 		title: "Redis",
 		raw:   "`SET NX PX` + `DEL`",
-		pairs: []pairCase{
-			{"raw", raw}, simba,
-			{"bsm/redislock Obtain + Release", redislockPair},
-			{"redsync TryLock + Unlock", redsyncPair},
-		},
+		pairs: append(append([]pairCase{{"raw", raw}}, simba...),
+			pairCase{"bsm/redislock Obtain + Release", redislockPair},
+			pairCase{"redsync TryLock + Unlock", redsyncPair},
+		),
 		handovers: []handoverCase{
 			simbaH,
 			{"redsync Lock (default retry: 32 tries, 50–250 ms apart)", redsyncHandover},
