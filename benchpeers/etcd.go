@@ -123,8 +123,8 @@ func etcdSetup(ctx context.Context, ns string) (*backend, error) {
 			{"etcd concurrency.Election Campaign + Resign", electionPair},
 		},
 		handovers: []handoverCase{
-			{"etcd concurrency.Mutex Lock (B on its own client and session)", mutexHandover},
-			{"etcd concurrency.Election Campaign (B on its own client and session)", electionHandover},
+			{name: "etcd concurrency.Mutex Lock (B on its own client and session)", run: mutexHandover},
+			{name: "etcd concurrency.Election Campaign (B on its own client and session)", run: electionHandover},
 		},
 		notes: []string{fmt.Sprintf("etcd %s on loopback (Debian's etcd-server, one member), go.etcd.io/etcd/client/v3 v3.5.29; one client and one concurrency.Session (TTL %v) per side, kept for the whole run.", etcdVersion(ctx, cli, env), ttl)},
 		close: cl.run,

@@ -13,6 +13,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/simba-go/simba/deadline"
@@ -149,6 +150,15 @@ func report(w io.Writer, b *backend, pr []*pairResult, hr []*handoverResult) {
 				millis(quantile(q.lat, 0.5)), millis(quantile(q.lat, 0.9)), len(a.lat))
 		}
 	}
+	for i := 0; i+1 < len(hr); i += 2 {
+		sp := b.handovers[i/2].split
+		if sp == nil || len(sp.toNotice[leads[0]]) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s, split where B's session received the release notice (`Session.WatchNotices`): B waited: release → notice p50 %s ms, notice → B holds p50 %s ms; B queued 5 ms before: %s ms and %s ms.\n",
+			hr[i].name, millis(quantile(sp.toNotice[leads[0]], 0.5)), millis(quantile(sp.afterNotice[leads[0]], 0.5)),
+			millis(quantile(sp.toNotice[leads[1]], 0.5)), millis(quantile(sp.afterNotice[leads[1]], 0.5)))
+	}
 	for _, n := range b.notes {
 		fmt.Fprintf(w, "\n%s\n", n)
 	}
@@ -192,6 +202,23 @@ func driverPair(ctx context.Context, b session.Backend, name string) (pairCase, 
 	if err != nil {
 		return pairCase{}, nil, err
 	}
+	// Renewed in the background every third of the lease, as the engine
+	// would: the run outlasts one lease.
+	stop := make(chan struct{})
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				_, _ = b.Renew(ctx, driver.RenewRequest{ID: r.ID})
+			}
+		}
+	}()
 	names := []string{name}
 	op := func(ctx context.Context) error {
 		rep, err := b.Acquire(ctx, driver.AcquireRequest{ID: r.ID, Names: names})
@@ -203,7 +230,12 @@ func driverPair(ctx context.Context, b session.Backend, name string) (pairCase, 
 		}
 		return b.Release(ctx, driver.ReleaseRequest{ID: r.ID, Leases: []driver.Lease{{Name: name, Token: rep.Results[0].Token}}})
 	}
-	return pairCase{name: "Simba backend alone (driver Acquire + Release)", op: op}, func() { _ = b.Close(context.Background(), r.ID) }, nil
+	closeFn := func() {
+		close(stop)
+		<-renewed
+		_ = b.Close(context.Background(), r.ID)
+	}
+	return pairCase{name: "Simba backend alone (driver Acquire + Release)", op: op}, closeFn, nil
 }
 
 // simbaPair is lock.TryAcquire + Close on one long-lived session with the
@@ -236,20 +268,46 @@ func simbaHandover(ctx context.Context, b session.Backend, name string, cfg dead
 		_ = sa.Close()
 		return handoverCase{}, nil, err
 	}
+	// The last notice of name B's session received, for the split.
+	var noticed atomic.Int64
+	stopWatch, watched := sb.WatchNotices(func(n session.Notice) {
+		if n.Name == name {
+			noticed.Store(time.Now().UnixNano())
+		}
+	})
+	sp := &noticeSplit{toNotice: map[time.Duration][]time.Duration{}, afterNotice: map[time.Duration][]time.Duration{}}
 	run := func(ctx context.Context, lead time.Duration) (time.Duration, error) {
 		ha, err := lock.Acquire(ctx, sa, name)
 		if err != nil {
 			return 0, err
 		}
-		return handover(ctx, lead, ha.Close, func(ctx context.Context) (func() error, error) {
+		var start time.Time
+		release := func() error {
+			noticed.Store(0)
+			start = time.Now()
+			return ha.Close()
+		}
+		d, err := handover(ctx, lead, release, func(ctx context.Context) (func() error, error) {
 			hb, err := lock.Acquire(ctx, sb, name)
 			if err != nil {
 				return nil, err
 			}
 			return hb.Close, nil
 		})
+		if at := noticed.Load(); err == nil && at != 0 {
+			to := time.Unix(0, at).Sub(start)
+			if to >= 0 && to <= d {
+				sp.toNotice[lead] = append(sp.toNotice[lead], to)
+				sp.afterNotice[lead] = append(sp.afterNotice[lead], d-to)
+			}
+		}
+		return d, err
 	}
-	return handoverCase{name: "Simba lock.Acquire", run: run}, func() { _ = sa.Close(); _ = sb.Close() }, nil
+	c := handoverCase{name: "Simba lock.Acquire", run: run}
+	if watched {
+		c.split = sp
+	}
+	return c, func() { stopWatch(); _ = sa.Close(); _ = sb.Close() }, nil
 }
 
 // handover runs one handover: the holder's release starts lead after B's
