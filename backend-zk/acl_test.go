@@ -55,7 +55,7 @@ func TestDigestACL(t *testing.T) {
 		// Refused at Open, as a permanent error (it used to pass Open and
 		// fail every later call with a raw "not authenticated").
 		t.Run(tc.name, func(t *testing.T) {
-			b := newBackend(t, srv, root, tc.opts...)
+			b := newBackendNoInit(t, srv, root, tc.opts...)
 			_, err := b.Open(ctxT(t, 5*time.Second), driver.OpenRequest{LeaseDuration: 4 * time.Second})
 			if !errors.Is(err, zksimba.ErrNotAuthorized) || !errors.Is(err, zk.ErrNoAuth) {
 				t.Fatalf("Open without the right credentials = %v, want ErrNotAuthorized wrapping ErrNoAuth", err)

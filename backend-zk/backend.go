@@ -43,8 +43,10 @@ func Grant(timeout time.Duration) time.Duration {
 // [driver.ErrExpired] for it from then on: the engine must Open again,
 // and gets a new session id.
 //
-// Leases are ephemeral nodes <root>/<name>; a lease's token is its node's
-// creation zxid (czxid).
+// Leases are ephemeral nodes <root>/<name>. A lease's token is its node's
+// creation zxid (czxid) counted from the namespace epoch, above the
+// epoch's start time in seconds: start<<32 + (czxid − epoch czxid), so
+// tokens rise across a lost namespace in every process (ADR 0138).
 type Backend struct {
 	servers []string
 	root    string
@@ -59,16 +61,17 @@ type Backend struct {
 	wg sync.WaitGroup // goroutines the backend started
 
 	// highest is the highest token this Backend value has handed out per
-	// name: the guard against an ensemble that lost its data (zxids restart
-	// low after a rebuild from empty disks). Guarded by mu.
+	// name: a second guard, within one process, behind the epoch that
+	// keeps tokens rising in every process (ADR 0138). Guarded by mu.
 	highest map[string]uint64
 }
 
-// ErrTokenRegressed is the error of an acquisition whose token (the
-// node's czxid) is lower than one this Backend value already handed out
-// for the name: the ensemble lost its data and restarted its zxids. The
-// lease is not made a term (the engine releases the node); move to a new
-// namespace root, or restart every client, before trusting tokens again.
+// ErrTokenRegressed is the error of an acquisition whose token is lower
+// than one this Backend value already handed out for the name, or whose
+// node is older than the namespace's epoch. The epoch keeps tokens rising
+// across a loss in every process (docs/adr/0138-zk-epoch-tokens.md), so
+// this needs a server clock that went back across the loss by more than
+// the quarantine. The lease is not made a term: its node is deleted.
 var ErrTokenRegressed = errors.New("zksimba: fencing token went backwards (the ensemble lost its data)")
 
 var (
@@ -125,9 +128,15 @@ func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.Open
 	if closed {
 		return driver.OpenReply{}, fmt.Errorf("zksimba: open: %w", driver.ErrClosed)
 	}
-	s, err := b.dialSession(ctx, req.LeaseDuration, req.Owner)
+	s, err := b.dialSession(ctx, min(req.LeaseDuration, b.cfg.maxLease), req.Owner)
 	if err != nil {
 		return driver.OpenReply{}, fmt.Errorf("zksimba: open: %w", err)
+	}
+	if t := s.timeout(); t > b.cfg.maxLease {
+		// The server's minSessionTimeout is above the cap: a grant the
+		// quarantine after a loss would not cover.
+		s.closeAsync()
+		return driver.OpenReply{}, fmt.Errorf("zksimba: open: %w: the server negotiated a session timeout of %v, more than WithMaxLease(%v) (its minSessionTimeout is above it): raise WithMaxLease or lower minSessionTimeout", ErrInvalidOption, t, b.cfg.maxLease)
 	}
 	b.mu.Lock()
 	if b.closed {
@@ -198,16 +207,19 @@ func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.Re
 	return reply, nil
 }
 
-// Acquire tries each name with one atomic create-ephemeral-and-stat per
-// name, in parallel on the session's connection. A name held by another
-// session gets token 0 and an exists watch, which turns its deletion into
-// a [driver.Notice].
+// Acquire tries each name with one atomic check-epoch, create-ephemeral
+// and stat per name, in parallel on the session's connection. A name held
+// by another session gets token 0 and an exists watch, which turns its
+// deletion into a [driver.Notice]. Inside the namespace's quarantine after
+// a loss, nothing is granted and the reply's Quarantine says how long it
+// lasts; a session whose epoch is gone answers [driver.ErrExpired].
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	s, err := b.lookup(req.ID)
 	if err != nil {
 		return driver.AcquireReply{}, fmt.Errorf("zksimba: acquire: %w", err)
 	}
 	results := make([]driver.AcquireResult, len(req.Names))
+	outs := make([]acquired, len(req.Names))
 	errs := make([]error, len(req.Names))
 	var wg sync.WaitGroup
 	inFlight := make(chan struct{}, maxInFlight)
@@ -218,14 +230,14 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			continue
 		}
 		if len(req.Names) == 1 {
-			results[i].Token, errs[i] = s.acquire(ctx, name)
+			outs[i], errs[i] = s.acquire(ctx, name)
 			continue
 		}
 		wg.Add(1)
 		inFlight <- struct{}{}
 		go func() {
 			defer func() { <-inFlight; wg.Done() }()
-			results[i].Token, errs[i] = s.acquire(ctx, name)
+			outs[i], errs[i] = s.acquire(ctx, name)
 		}()
 	}
 	wg.Wait()
@@ -235,6 +247,32 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := errors.Join(errs...); err != nil {
 		return driver.AcquireReply{}, fmt.Errorf("zksimba: acquire %s: %w", s.id, err)
 	}
+	var quarantine time.Duration
+	for i, o := range outs {
+		results[i].Token = o.tok
+		if o.err != nil {
+			results[i].Err = o.err
+		}
+		quarantine = max(quarantine, o.quarantine)
+	}
+	if quarantine > 0 {
+		// The quarantine ended between two names of the batch: a reply
+		// announcing it grants nothing, so the names granted go back.
+		var back []driver.Lease
+		for i := range results {
+			if results[i].Token != 0 {
+				back = append(back, driver.Lease{Name: results[i].Name, Token: results[i].Token})
+				results[i].Token = 0
+			}
+		}
+		if len(back) > 0 {
+			if err := b.Release(ctx, driver.ReleaseRequest{ID: req.ID, Leases: back}); err != nil {
+				return driver.AcquireReply{}, fmt.Errorf("zksimba: acquire %s: %w", s.id, err)
+			}
+		}
+		return driver.AcquireReply{Results: results, Quarantine: quarantine}, nil
+	}
+	var back []driver.Lease
 	b.mu.Lock()
 	for i := range results {
 		r := &results[i]
@@ -243,12 +281,18 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		}
 		if h := b.highest[r.Name]; r.Token < h {
 			r.Err = fmt.Errorf("%w: %q got token %d after %d", ErrTokenRegressed, r.Name, r.Token, h)
+			back = append(back, driver.Lease{Name: r.Name, Token: r.Token})
 			r.Token = 0
 			continue
 		}
 		b.highest[r.Name] = r.Token
 	}
 	b.mu.Unlock()
+	if len(back) > 0 {
+		if err := b.Release(ctx, driver.ReleaseRequest{ID: req.ID, Leases: back}); err != nil {
+			return driver.AcquireReply{}, fmt.Errorf("zksimba: acquire %s: %w", s.id, err)
+		}
+	}
 	return driver.AcquireReply{Results: results}, nil
 }
 

@@ -274,7 +274,7 @@ func TestLargeBatch(t *testing.T) {
 // waiting for go-zookeeper to give up on the connection.
 func TestOpenNoServerHonoursContext(t *testing.T) {
 	port := freePorts(t, 1)[0] // nothing listens there
-	b := newBackend(t, []string{fmt.Sprintf("127.0.0.1:%d", port)}, newRoot(t))
+	b := newBackendNoInit(t, []string{fmt.Sprintf("127.0.0.1:%d", port)}, newRoot(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()

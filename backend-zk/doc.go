@@ -36,11 +36,25 @@
 //
 // A lease is the ephemeral node <root>/<name>, created (with the data set in
 // the same multi, so one round trip returns its Stat) only if absent. The
-// token is the node's czxid: > 0 and strictly increasing across all
-// creations. A won lease counts only if the node's ephemeralOwner is this
+// token is the node's czxid counted from the namespace epoch, above the
+// epoch's start second: start<<32 + (czxid − epoch czxid), strictly
+// increasing across all creations and across a lost namespace. A won lease counts only if the node's ephemeralOwner is this
 // session. Renew is one request (a multi with one version check of the
 // root); the owned set is kept from the backend's own acquisitions and
 // releases and from a watch on each owned node.
+//
+// # Data loss
+//
+// The root's data is the namespace's epoch record and <root>/@epoch-<id>
+// its identity; every Acquire and Renew checks that node in its multi. A
+// root deleted (even one an older client recreated) or an ensemble rebuilt
+// from empty disks fails that check in every process: the session answers
+// driver.ErrExpired, and the next Open creates a new epoch and quarantines
+// the namespace for one MaxLease ([WithMaxLease]) on the server clock, read
+// from the ctime of the lease node each Acquire creates, so no extra round
+// trip: Acquire grants nothing and answers driver.AcquireReply.Quarantine.
+// A namespace never used is quarantined the same way unless [Backend.Init]
+// created it (docs/adr/0138-zk-epoch-tokens.md).
 //
 // # Broadcast
 //

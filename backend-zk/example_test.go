@@ -2,6 +2,7 @@ package zksimba_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"time"
@@ -48,4 +49,34 @@ func ExampleGrant() {
 	// Output:
 	// 6.25s
 	// 2.5s
+}
+
+// A first deployment initialises its new namespace once, so that the
+// first use is not quarantined; every process then uses the same
+// WithMaxLease (here the servers' maxSessionTimeout). (Needs a server, so
+// this example compiles but does not run as a test.)
+func ExampleBackend_Init() {
+	b, err := zksimba.New([]string{"127.0.0.1:2181"}, "/simba/newapp",
+		zksimba.WithMaxLease(20*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Shutdown(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Only for a namespace never used: on one that lost its records, Init
+	// would skip the quarantine that keeps an old holder and a new one
+	// from both believing they lead.
+	if err := b.Init(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// The longest lease the backend grants is also its quarantine after the
+// namespace lost its records: set it to the servers' maxSessionTimeout.
+func ExampleWithMaxLease() {
+	_, err := zksimba.New([]string{"127.0.0.1:2181"}, "/simba/myapp", zksimba.WithMaxLease(0))
+	fmt.Println(errors.Is(err, zksimba.ErrInvalidOption))
+	// Output:
+	// true
 }

@@ -50,6 +50,15 @@ func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]dri
 		return nil, fmt.Errorf("zksimba: inspect: %w", err)
 	}
 	defer done()
+	// Tokens count from the namespace's epoch; in a namespace without one
+	// (used only by versions before epochs) a token is the raw czxid.
+	ep, err := b.loadEpoch(ctx, conn, noCreate)
+	if err != nil {
+		return nil, fmt.Errorf("zksimba: inspect: epoch of %s: %w", b.root, err)
+	}
+	if ep == nil {
+		ep = &epoch{}
+	}
 	if len(names) == 0 {
 		children, err := call(ctx, b, func() ([]string, error) {
 			c, _, err := conn.Children(b.root)
@@ -78,7 +87,7 @@ func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]dri
 		inFlight <- struct{}{}
 		go func() {
 			defer func() { <-inFlight; wg.Done() }()
-			holders[i], errs[i] = b.holder(ctx, conn, name)
+			holders[i], errs[i] = b.holder(ctx, conn, ep, name)
 		}()
 	}
 	wg.Wait()
@@ -96,7 +105,7 @@ func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]dri
 
 // holder reads one lease node; nil if it does not exist (the name is free)
 // or is not an ephemeral node (not a lease).
-func (b *Backend) holder(ctx context.Context, conn *zk.Conn, name string) (*driver.Holder, error) {
+func (b *Backend) holder(ctx context.Context, conn *zk.Conn, ep *epoch, name string) (*driver.Holder, error) {
 	type res struct {
 		data []byte
 		st   *zk.Stat
@@ -111,10 +120,11 @@ func (b *Backend) holder(ctx context.Context, conn *zk.Conn, name string) (*driv
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
-	if r.st.EphemeralOwner == 0 || r.st.Czxid <= 0 {
-		return nil, nil
+	tok, err := ep.token(r.st)
+	if r.st.EphemeralOwner == 0 || err != nil || ep.quarantined(r.st.Ctime) > 0 {
+		return nil, nil // not a lease, or one that was never granted
 	}
-	h := &driver.Holder{Name: name, Token: uint64(r.st.Czxid), Session: formatID(r.st.EphemeralOwner)}
+	h := &driver.Holder{Name: name, Token: tok, Session: formatID(r.st.EphemeralOwner)}
 	if len(r.data) > 0 && r.data[0] == '{' {
 		var d leaseData
 		if err := json.Unmarshal(r.data, &d); err != nil {

@@ -58,7 +58,20 @@ func newRoot(t testing.TB) string {
 	return "/simba-test/" + name + "-" + hex.EncodeToString(b[:])
 }
 
+// newBackend returns a backend for root, initialised (Init): test roots
+// are new, and without Init their first use would wait one MaxLease.
 func newBackend(t testing.TB, srv []string, root string, opts ...zksimba.Option) *zksimba.Backend {
+	t.Helper()
+	b := newBackendNoInit(t, srv, root, opts...)
+	if err := b.Init(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatalf("Init: %v", err)
+	}
+	return b
+}
+
+// newBackendNoInit returns a backend for root without initialising the
+// namespace.
+func newBackendNoInit(t testing.TB, srv []string, root string, opts ...zksimba.Option) *zksimba.Backend {
 	t.Helper()
 	// Quiet by default: session-opened lines would bury test output and
 	// break benchmark result lines.

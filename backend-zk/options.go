@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -23,7 +24,12 @@ var ErrNotAuthorized = errors.New("zksimba: credentials refused by the namespace
 // An Option configures a [Backend] in [New].
 type Option func(*config) error
 
+// DefaultMaxLease is the default of [WithMaxLease]: 40 s, ZooKeeper's own
+// default maxSessionTimeout (20 ticks of the default 2 s tickTime).
+const DefaultMaxLease = 40 * time.Second
+
 type config struct {
+	maxLease       time.Duration
 	user, password string
 	acl            []zk.ACL
 	logger         *slog.Logger
@@ -62,6 +68,32 @@ func WithACL(acl ...zk.ACL) Option {
 	}
 }
 
+// WithMaxLease sets the longest lease the backend grants (default
+// [DefaultMaxLease]), which is also how long it grants nothing after
+// finding the namespace's records lost (docs/adr/0130-quarantine-after-data-loss.md).
+// On ZooKeeper the lease is the session timeout: Open asks for at most d,
+// and refuses a session the server negotiated above d (its
+// minSessionTimeout is higher). The server caps the timeout at its own
+// maxSessionTimeout, so d at or above maxSessionTimeout never clamps, and
+// setting d to maxSessionTimeout makes the quarantine as short as the
+// server's sessions allow. Every renewal grants 5/12 of the timeout, so
+// every holder's belief ends within 5/12 × d of its last renewal: the
+// quarantine of d covers it with room to spare. Use the same d in every
+// process of a namespace: the process that finds the loss records its d
+// as the quarantine.
+func WithMaxLease(d time.Duration) Option {
+	return func(c *config) error {
+		// At least a second: tokens count seconds (ADR 0138), so a
+		// quarantine shorter than a second could not end before the
+		// epoch's first token second.
+		if d < time.Second || d > time.Duration(1<<31-1)*time.Millisecond {
+			return fmt.Errorf("%w: WithMaxLease(%v): want [1s, 2^31ms)", ErrInvalidOption, d)
+		}
+		c.maxLease = d
+		return nil
+	}
+}
+
 // WithLogger sets the logger for session events (expiry, reconnection) and
 // for go-zookeeper's own messages, which are logged at debug level. The
 // default is slog.Default().
@@ -88,7 +120,7 @@ func WithDialer(d zk.Dialer) Option {
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{dial: net.DialTimeout}
+	c := config{dial: net.DialTimeout, maxLease: DefaultMaxLease}
 	for _, o := range opts {
 		if err := o(&c); err != nil {
 			return config{}, err

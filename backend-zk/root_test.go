@@ -1,6 +1,7 @@
 package zksimba
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"strings"
@@ -80,12 +81,15 @@ func connectResponse(timeoutMs int32, sid int64) []byte {
 	binary.BigEndian.PutUint32(b[8:], uint32(timeoutMs))
 	binary.BigEndian.PutUint64(b[12:], uint64(sid))
 	binary.BigEndian.PutUint32(b[20:], 16)
+	for i := range 16 {
+		b[24+i] = byte(i + 1)
+	}
 	return b
 }
 
 func TestParseConnectResponse(t *testing.T) {
 	info, ok := parseConnectResponse(connectResponse(4000, 0x0100000873150012))
-	if !ok || info.timeout != 4*time.Second || info.sessionID != 0x0100000873150012 {
+	if !ok || info.timeout != 4*time.Second || info.sessionID != 0x0100000873150012 || len(info.passwd) != 16 {
 		t.Fatalf("parse = %+v, %v", info, ok)
 	}
 	if info, ok := parseConnectResponse(connectResponse(0, 0)); !ok || info.sessionID != 0 {
@@ -108,7 +112,7 @@ func TestSniffConnSplitReads(t *testing.T) {
 		c.sniff(msg[:split])
 		c.sniff(msg[split:])
 		c.sniff(connectResponse(9999, 7)) // later traffic is not a connect response
-		if len(got) != 1 || got[0].sessionID != 42 || got[0].timeout != 2500*time.Millisecond {
+		if len(got) != 1 || got[0].sessionID != 42 || got[0].timeout != 2500*time.Millisecond || !bytes.Equal(got[0].passwd, msg[24:40]) {
 			t.Fatalf("split at %d: got %+v", split, got)
 		}
 	}
@@ -122,16 +126,26 @@ func FuzzParseConnectResponse(f *testing.F) {
 		if !ok {
 			return
 		}
-		if len(b) < connectResponseLen || info.timeout < 0 {
+		if len(b) < connectResponseLen || info.timeout < 0 || len(info.passwd) > max(len(b)-24, 0) {
 			t.Fatalf("accepted %x as %+v", b, info)
 		}
+		// Byte by byte, sniffConn decodes the same once it has the frame
+		// (or as much of it as it keeps).
+		n := connectSniffLen(b)
 		var got []connectInfo
 		c := &sniffConn{onConnect: func(i connectInfo) { got = append(got, i) }}
 		for i := range b {
 			c.sniff(b[i : i+1])
 		}
-		if len(got) != 1 || got[0] != info {
-			t.Fatalf("byte-wise sniff = %+v, want %+v", got, info)
+		if len(b) < n {
+			if len(got) != 0 {
+				t.Fatalf("sniffed %+v from %d bytes of a %d-byte frame", got, len(b), n)
+			}
+			return
+		}
+		want, _ := parseConnectResponse(b[:n])
+		if len(got) != 1 || got[0].sessionID != want.sessionID || got[0].timeout != want.timeout || !bytes.Equal(got[0].passwd, want.passwd) {
+			t.Fatalf("byte-wise sniff = %+v, want %+v", got, want)
 		}
 	})
 }

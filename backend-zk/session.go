@@ -23,10 +23,12 @@ type zsession struct {
 	log  *slog.Logger // never reassigned: callbacks read it concurrently
 	conn atomic.Pointer[zk.Conn]
 
-	id        driver.ID    // set once Open has the session
-	data      []byte       // the data of its lease nodes (leaseData); set with id
-	sid       atomic.Int64 // ZooKeeper session id from the first connect response
-	timeoutNs atomic.Int64 // negotiated timeout from the latest connect response
+	id        driver.ID              // set once Open has the session
+	ep        *epoch                 // the namespace epoch the session lives in; set with id
+	data      []byte                 // the data of its lease nodes (leaseData); set with id
+	sid       atomic.Int64           // ZooKeeper session id from the first connect response
+	timeoutNs atomic.Int64           // negotiated timeout from the latest connect response
+	passwd    atomic.Pointer[[]byte] // the session's password, from the first connect response
 
 	expired atomic.Bool // ZooKeeper expired the session
 	closed  atomic.Bool // Close was called
@@ -36,8 +38,17 @@ type zsession struct {
 	goneMu  sync.Once
 	readyMu sync.Once
 
+	// qSeen is the latest server time the session saw inside its epoch's
+	// quarantine (a lease node's ctime, ms) and when its reply arrived on
+	// the local monotonic clock: enough to answer Acquire without a request
+	// until the quarantine is about over. Guarded by mu.
+	qSeen struct {
+		serverMS int64
+		at       time.Time
+	}
+
 	mu        sync.Mutex
-	owned     map[string]uint64          // lease name → token (czxid)
+	owned     map[string]uint64          // lease name → token (epoch.token of its node)
 	version   uint64                     // version of owned; bumped on every change
 	armed     map[string]struct{}        // names with an exists watch armed on the server
 	uncertain map[string]struct{}        // names whose create or own-watch failed without a known outcome
@@ -101,20 +112,16 @@ func (b *Backend) dialSession(ctx context.Context, lease time.Duration, owner dr
 			return nil, fmt.Errorf("digest auth: %w", err)
 		}
 	}
-	if err := s.ensureRoot(ctx); err != nil {
-		s.closeAsync()
-		return nil, err
-	}
-	// Credentials that cannot read the root would fail every renewal with
-	// "not authenticated", which looks transient: say it now, for good.
-	if _, err := call(ctx, b, func() (struct{}, error) {
-		_, _, err := conn.Get(b.root)
-		return struct{}{}, err
-	}); err != nil {
+	// Reading the root's epoch record also checks the credentials: ones
+	// that cannot read the root would fail every renewal with "not
+	// authenticated", which looks transient; say it now, for good.
+	ep, err := b.loadEpoch(ctx, conn, b.cfg.maxLease)
+	if err != nil {
 		err = s.classify(err) // before closing: a closed session classifies as closed
 		s.closeAsync()
 		return nil, err
 	}
+	s.ep = ep
 	return s, nil
 }
 
@@ -133,6 +140,9 @@ func (s *zsession) onConnect(info connectInfo) {
 		}
 	case first == 0 && s.sid.CompareAndSwap(0, info.sessionID):
 		s.timeoutNs.Store(int64(info.timeout))
+		if info.passwd != nil {
+			s.passwd.Store(&info.passwd)
+		}
 	case info.sessionID != s.sid.Load():
 		// Never expected (the dialer stops after expiry), but a different
 		// session on this connection must never pass for ours.
@@ -250,13 +260,56 @@ func (s *zsession) close(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		// go-zookeeper's Close sends closeSession only over a connection
+		// that is up at that moment: after a pause, its connection is often
+		// being torn down or redialled, the close is dropped, and the
+		// session (and its leases) lives until the server expires it, up to
+		// a whole timeout later (after a revival on reconnect). So the
+		// session is also closed over a fresh connection of its own, at the
+		// same time (docs/adr/0139-zk-close-over-a-live-connection.md).
+		raw := make(chan struct{})
+		go func() {
+			defer close(raw)
+			if !s.expired.Load() {
+				s.closeOverFreshConn()
+			}
+		}()
 		c.Close()
+		<-raw
 	}()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("zksimba: close %s: %w", s.id, context.Cause(ctx))
+	}
+}
+
+// closeOverFreshConn ends the session at the server over a connection of
+// its own (see close), trying every server in turn until one answers that
+// the session is over, for at most the session timeout: past it the
+// server expires the session anyway.
+func (s *zsession) closeOverFreshConn() {
+	sid, pw := s.sid.Load(), s.passwd.Load()
+	if sid == 0 || pw == nil {
+		return // never had a session, or its password is unknown
+	}
+	timeout := s.timeout()
+	end := time.Now().Add(timeout)
+	wait := min(max(timeout/4, 200*time.Millisecond), 2*time.Second)
+	for time.Now().Before(end) {
+		for _, addr := range s.b.servers {
+			done, err := closeSessionRaw(s.b.cfg.dial, addr, sid, *pw, timeout, min(wait, time.Until(end)))
+			if done {
+				return
+			}
+			s.log.Debug("zksimba: closing the session over a fresh connection", "session", formatID(sid), "server", addr, "err", err)
+			if !time.Now().Before(end) {
+				return
+			}
+		}
+		t := time.NewTimer(50 * time.Millisecond)
+		<-t.C
 	}
 }
 
@@ -278,31 +331,6 @@ func (s *zsession) classify(err error) error {
 	return err
 }
 
-// ensureRoot creates the namespace root and its missing parents. Only the
-// root gets the backend's ACL; parents get world:anyone with every
-// permission, so that another application (with other credentials) can
-// create its own root beside this one: a parent holds only namespaces,
-// and ZooKeeper deletes only empty nodes.
-func (s *zsession) ensureRoot(ctx context.Context) error {
-	conn, acl := s.conn.Load(), s.b.cfg.acl
-	_, err := call(ctx, s.b, func() (struct{}, error) {
-		if ok, _, err := conn.Exists(s.b.root); err != nil || ok {
-			return struct{}{}, err
-		}
-		for _, p := range parents(s.b.root) {
-			acl := acl
-			if p != s.b.root {
-				acl = zk.WorldACL(zk.PermAll)
-			}
-			if _, err := conn.Create(p, nil, 0, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-				return struct{}{}, fmt.Errorf("create namespace node %s: %w", p, err)
-			}
-		}
-		return struct{}{}, nil
-	})
-	return s.classify(err)
-}
-
 // renew sends the one renewal request; see Backend.Renew. A request lost
 // to a dropped connection is sent again (go-zookeeper queues it until it
 // has reconnected, to the same session) until ctx ends: a renewal proves
@@ -314,19 +342,14 @@ func (s *zsession) renew(ctx context.Context) error {
 		return err
 	}
 	conn := s.conn.Load()
-	check := &zk.CheckVersionRequest{Path: s.b.root, Version: -1}
-	rootFixed := false
+	check := &zk.CheckVersionRequest{Path: s.ep.path, Version: -1}
 	for attempt := 0; ; attempt++ {
 		_, err := call(ctx, s.b, func() ([]zk.MultiResponse, error) { return conn.Multi(check) })
 		switch {
 		case err == nil:
 			return s.renewed(calledAt)
-		case errors.Is(err, zk.ErrNoNode) && !rootFixed:
-			// Someone deleted the namespace root: put it back once.
-			rootFixed = true
-			if err := s.ensureRoot(ctx); err != nil {
-				return err
-			}
+		case errors.Is(err, zk.ErrNoNode):
+			return s.epochGone()
 		case s.transient(err):
 			if err := s.pause(ctx, attempt); err != nil {
 				return err
@@ -335,6 +358,15 @@ func (s *zsession) renew(ctx context.Context) error {
 			return s.classify(err)
 		}
 	}
+}
+
+// epochGone ends a session whose namespace epoch vanished (the root
+// deleted, the ensemble rebuilt from empty disks): its records are lost,
+// so it answers ErrExpired, and the engine's next Open finds the loss and
+// starts the quarantine (docs/adr/0130-quarantine-after-data-loss.md).
+func (s *zsession) epochGone() error {
+	s.markExpired("the namespace epoch " + s.ep.path + " is gone: the namespace lost its records")
+	return fmt.Errorf("%w: namespace epoch %s is gone (records lost)", driver.ErrExpired, s.ep.path)
 }
 
 // renewed records a successful renewal called at calledAt: the watchdog
@@ -420,13 +452,25 @@ func (s *zsession) resolve(ctx context.Context) error {
 		if err != nil {
 			return s.classify(err)
 		}
+		ours := r.ok && r.st.EphemeralOwner == sid
+		var got uint64
+		if ours {
+			// Created by a create whose reply was lost: a lease only if it
+			// would have been granted (past the quarantine, a sound token).
+			if got, _, _ = s.grant(r.st); got == 0 {
+				if err := s.drop(ctx, name, r.st); err != nil {
+					return err
+				}
+				ours = false
+			}
+		}
 		s.mu.Lock()
 		delete(s.uncertain, name)
 		tok, own := s.owned[name]
 		switch {
-		case r.ok && r.st.EphemeralOwner == sid:
-			if !own || tok != uint64(r.st.Czxid) {
-				s.owned[name] = uint64(r.st.Czxid)
+		case ours:
+			if !own || tok != got {
+				s.owned[name] = got
 				s.version++
 			}
 		case own:
@@ -436,6 +480,63 @@ func (s *zsession) resolve(ctx context.Context) error {
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// grant decides whether the session's new lease node (its stat as the
+// server wrote it) is a term: its token, or 0 and either the quarantine
+// left after the node's creation time (server clock) or why not.
+func (s *zsession) grant(st *zk.Stat) (tok uint64, quarantine time.Duration, err error) {
+	if q := s.ep.quarantined(st.Ctime); q > 0 {
+		s.mu.Lock()
+		if st.Ctime > s.qSeen.serverMS {
+			s.qSeen.serverMS, s.qSeen.at = st.Ctime, time.Now()
+		}
+		s.mu.Unlock()
+		return 0, q, nil
+	}
+	tok, err = s.ep.token(st)
+	return tok, 0, err
+}
+
+// quarantineLeft is the quarantine still ahead by the latest server time
+// seen inside it plus the local time since (an estimate that only decides
+// whether to ask the server: grant checks every node's own ctime), or 0
+// when it may be over (then a request is due).
+func (s *zsession) quarantineLeft() time.Duration {
+	if s.ep.until == 0 {
+		return 0
+	}
+	s.mu.Lock()
+	seen, at := s.qSeen.serverMS, s.qSeen.at
+	s.mu.Unlock()
+	if seen == 0 {
+		return 0
+	}
+	est := seen + time.Since(at).Milliseconds()
+	// Ask again a little before the estimated end: the server's answer is
+	// the one that counts, and a late ask only delays the first grant.
+	if left := s.ep.quarantined(est); left > 50*time.Millisecond {
+		return left
+	}
+	return 0
+}
+
+// drop deletes the session's own lease node that is not to be a term (made
+// inside the quarantine, or with a token that fails its checks). The data
+// version is the one the acquiring multi's setData left (1), so a node
+// made by anyone since is left alone.
+func (s *zsession) drop(ctx context.Context, name string, st *zk.Stat) error {
+	conn := s.conn.Load()
+	_, err := call(ctx, s.b, func() (struct{}, error) {
+		return struct{}{}, conn.Delete(s.b.root+"/"+name, st.Version)
+	})
+	if err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
+		return nil
+	}
+	s.mu.Lock()
+	s.uncertain[name] = struct{}{} // the next renewal tries again
+	s.mu.Unlock()
+	return s.classify(err)
 }
 
 func (s *zsession) ownedSet() (uint64, []driver.Lease) {
@@ -449,25 +550,55 @@ func (s *zsession) ownedSet() (uint64, []driver.Lease) {
 	return s.version, leases
 }
 
+// acquired is the outcome of one name's acquisition: a token, or 0 and
+// either the quarantine left (server clock) or the result's error.
+type acquired struct {
+	tok        uint64
+	quarantine time.Duration
+	err        error
+}
+
 // acquire tries one name: see Backend.Acquire and
-// docs/adr/0041-zk-leases.md.
-func (s *zsession) acquire(ctx context.Context, name string) (uint64, error) {
+// docs/adr/0041-zk-leases.md. The multi checks the session's epoch node
+// first, so no node is created once the namespace lost its records.
+func (s *zsession) acquire(ctx context.Context, name string) (acquired, error) {
 	path := s.b.root + "/" + name
 	s.mu.Lock()
 	tok, own := s.owned[name]
 	_, unsure := s.uncertain[name]
 	s.mu.Unlock()
 	if own {
-		return tok, nil
+		return acquired{tok: tok}, nil
+	}
+	if q := s.quarantineLeft(); q > 0 {
+		return acquired{quarantine: q}, nil
 	}
 	conn, sid, acl := s.conn.Load(), s.sid.Load(), s.b.cfg.acl
 	data := s.data
+	// made makes a node of ours a term, or deletes it.
+	made := func(st *zk.Stat) (acquired, error) {
+		tok, q, err := s.grant(st)
+		if tok == 0 {
+			if derr := s.drop(ctx, name, st); derr != nil {
+				return acquired{}, derr
+			}
+			return acquired{quarantine: q, err: err}, nil
+		}
+		s.mu.Lock()
+		s.owned[name] = tok
+		s.version++
+		delete(s.uncertain, name)
+		s.mu.Unlock()
+		return acquired{tok: tok}, nil
+	}
 	churn, lost := 0, 0
 	for churn < 3 {
-		// create + setData in one multi: the setData's reply carries the
-		// new node's Stat (czxid, ephemeralOwner) in the same round trip.
+		// check epoch + create + setData in one multi: the setData's reply
+		// carries the new node's Stat (czxid, ctime, ephemeralOwner) in the
+		// same round trip.
 		st, err := call(ctx, s.b, func() (*zk.Stat, error) {
 			res, err := conn.Multi(
+				&zk.CheckVersionRequest{Path: s.ep.path, Version: -1},
 				&zk.CreateRequest{Path: path, Data: data, Acl: acl, Flags: zk.FlagEphemeral},
 				&zk.SetDataRequest{Path: path, Data: data, Version: 0})
 			if err != nil {
@@ -478,33 +609,30 @@ func (s *zsession) acquire(ctx context.Context, name string) (uint64, error) {
 					return nil, r.Error
 				}
 			}
-			if len(res) != 2 || res[1].Stat == nil {
+			if len(res) != 3 || res[2].Stat == nil {
 				return nil, fmt.Errorf("create %s: multi answered %d results without a stat", path, len(res))
 			}
-			return res[1].Stat, nil
+			return res[2].Stat, nil
 		})
 		switch {
 		case err == nil:
 			if st.EphemeralOwner != sid || st.Czxid <= 0 {
 				// The node we just created must be ours; if not, do not
 				// make it a term.
-				return 0, fmt.Errorf("create %s: node owned by %#x with czxid %d, not by this session", path, st.EphemeralOwner, st.Czxid)
+				return acquired{}, fmt.Errorf("create %s: node owned by %#x with czxid %d, not by this session", path, st.EphemeralOwner, st.Czxid)
 			}
-			tok := uint64(st.Czxid)
-			s.mu.Lock()
-			s.owned[name] = tok
-			s.version++
-			delete(s.uncertain, name)
-			s.mu.Unlock()
-			s.watchOwn(name, tok)
-			return tok, nil
+			a, err := made(st)
+			if a.tok != 0 {
+				s.watchOwn(name, a.tok)
+			}
+			return a, err
 		case errors.Is(err, zk.ErrNodeExists):
 			s.mu.Lock()
 			_, armed := s.armed[name]
 			s.armed[name] = struct{}{} // before the request: the event may beat our reading of the reply
 			s.mu.Unlock()
 			if armed && !unsure {
-				return 0, nil
+				return acquired{}, nil
 			}
 			type res struct {
 				ok bool
@@ -520,12 +648,12 @@ func (s *zsession) acquire(ctx context.Context, name string) (uint64, error) {
 				s.mu.Unlock()
 				if s.transient(err) {
 					if err := s.pause(ctx, lost); err != nil {
-						return 0, err
+						return acquired{}, err
 					}
 					lost++
 					continue
 				}
-				return 0, s.classify(err)
+				return acquired{}, s.classify(err)
 			}
 			if !r.ok {
 				churn++
@@ -533,20 +661,13 @@ func (s *zsession) acquire(ctx context.Context, name string) (uint64, error) {
 			}
 			if r.st.EphemeralOwner == sid {
 				// Ours from a create whose reply was lost.
-				tok := uint64(r.st.Czxid)
-				s.mu.Lock()
-				s.owned[name] = tok
-				s.version++
-				delete(s.uncertain, name)
-				s.mu.Unlock()
-				return tok, nil
+				return made(r.st)
 			}
-			return 0, nil
+			return acquired{}, nil
 		case errors.Is(err, zk.ErrNoNode):
-			churn++
-			if err := s.ensureRoot(ctx); err != nil {
-				return 0, err
-			}
+			// The check failed: the epoch is gone (a create under a missing
+			// root would fail too, but the check comes first).
+			return acquired{}, s.epochGone()
 		default:
 			// The create may or may not have happened: a retry's
 			// NodeExists is then checked against our session id, and if we
@@ -556,15 +677,15 @@ func (s *zsession) acquire(ctx context.Context, name string) (uint64, error) {
 			s.uncertain[name] = struct{}{}
 			s.mu.Unlock()
 			if !s.transient(err) {
-				return 0, s.classify(err)
+				return acquired{}, s.classify(err)
 			}
 			if err := s.pause(ctx, lost); err != nil {
-				return 0, err
+				return acquired{}, err
 			}
 			lost++
 		}
 	}
-	return 0, nil
+	return acquired{}, nil
 }
 
 // watchOwn arms an exists watch on the session's own lease node, in the
@@ -582,7 +703,7 @@ func (s *zsession) watchOwn(name string, tok uint64) {
 			}
 			return
 		}
-		if (!ok || st.EphemeralOwner != sid || uint64(st.Czxid) != tok) && s.owned[name] == tok {
+		if (!ok || st.EphemeralOwner != sid || s.ep.of(st.Czxid) != tok) && s.owned[name] == tok {
 			delete(s.owned, name)
 			s.version++
 		}
@@ -609,7 +730,7 @@ func (s *zsession) release(ctx context.Context, l driver.Lease) error {
 		_, err := call(ctx, s.b, func() (struct{}, error) {
 			if !blind {
 				ok, st, err := conn.Exists(path)
-				if err != nil || !ok || st.EphemeralOwner != sid || uint64(st.Czxid) != l.Token {
+				if err != nil || !ok || st.EphemeralOwner != sid || s.ep.of(st.Czxid) != l.Token {
 					return struct{}{}, err
 				}
 			}

@@ -48,8 +48,9 @@ func freePorts(t testing.TB, n int) []int {
 }
 
 // startZK starts n private servers (n = 1: standalone; n = 3: an
-// ensemble) and waits until every one serves.
-func startZK(t testing.TB, n int) []*zkServer {
+// ensemble) and waits until every one serves. extra lines of zoo.cfg
+// override the defaults (the last value of a key wins).
+func startZK(t testing.TB, n int, extra ...string) []*zkServer {
 	t.Helper()
 	cp := os.Getenv("SIMBA_ZK_CLASSPATH")
 	if cp == "" {
@@ -74,6 +75,9 @@ func startZK(t testing.TB, n int) []*zkServer {
 			"dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=*\n"+
 			"cnxTimeout=500\npreAllocSize=4096\n%s",
 			testTick.Milliseconds(), 2*testTick.Milliseconds(), filepath.Join(dir, "data"), ports[3*i], quorum.String())
+		for _, l := range extra {
+			cfg += l + "\n"
+		}
 		must(t, os.WriteFile(filepath.Join(dir, "zoo.cfg"), []byte(cfg), 0o644))
 		must(t, os.WriteFile(filepath.Join(dir, "data", "myid"), []byte(fmt.Sprint(i+1)), 0o644))
 		srvs[i] = &zkServer{t: t, id: i + 1, port: ports[3*i], dir: dir}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/internal/layer"
-	"github.com/simba-go/simba/internal/serial"
 
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/term"
@@ -71,7 +70,7 @@ type Election struct {
 	c        layer.Claim
 	name     string
 	listener Listener
-	queue    *serial.Queue
+	queue    *serial
 	tasks    []Task
 	oneTerm  bool
 	kind     string
@@ -135,7 +134,7 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 		eng:       eng,
 		name:      name,
 		listener:  o.listener,
-		queue:     newQueue(eng, o.exec, quiet),
+		queue:     &serial{eng: eng, exec: o.exec, quiet: quiet},
 		tasks:     o.tasks,
 		oneTerm:   o.oneTerm,
 		kind:      o.kind,
@@ -149,20 +148,15 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 		return nil, fmt.Errorf("simba: start election: %w", err)
 	}
 	e.c = c
-	e.queue.SetOwner(c)
+	e.queue.owner = c
 	closed := false
-	start := func() {
+	eng.Do(func() {
 		if closed = e.closed; closed {
 			return // the session closed between Claim and now
 		}
 		e.status = Candidate
 		c.Want(true)
-	}
-	if o.waitCtx != nil {
-		eng.DoWait(o.waitCtx, start)
-	} else {
-		eng.Do(start)
-	}
+	})
 	if closed {
 		return nil, fmt.Errorf("simba: start election %q: %w", name, session.ErrClosed)
 	}
@@ -228,12 +222,15 @@ func (e *Election) won(t *term.Term) {
 	e.ts = ts
 	e.running = 0
 	e.eng.Defer(func() {
-		e.queue.Push(func() {
-			e.listener.OnElected(t)
-			e.eng.Do(func() { e.startTasks(t) })
-		}, func(err error) {
-			ts.refused.Store(true)
-			e.refused(t, err)
+		e.queue.push(item{
+			run: func() {
+				e.listener.OnElected(t)
+				e.eng.Do(func() { e.startTasks(t) })
+			},
+			refused: func(err error) {
+				ts.refused.Store(true)
+				e.refused(t, err)
+			},
 		})
 	})
 }
@@ -307,7 +304,7 @@ func (e *Election) revoked(ts *termState, reason term.RevokeReason) {
 		}
 	}
 	e.eng.Defer(func() {
-		e.queue.PushMustRun(run)
+		e.queue.push(item{run: run, refused: func(error) { e.queue.inside(true, run) }})
 	})
 }
 
@@ -319,7 +316,7 @@ func (e *Election) revoked(ts *termState, reason term.RevokeReason) {
 // ErrWouldBlockSelf. Nothing is delivered to the listener once Stop has
 // completed.
 func (e *Election) Stop(ctx context.Context) error {
-	return e.wait(ctx, e.stop(ctx))
+	return e.wait(ctx, e.stop())
 }
 
 // Close is Stop without a deadline, for io.Closer.
@@ -361,18 +358,9 @@ func (e *Election) wait(ctx context.Context, done <-chan struct{}) error {
 }
 
 // stop starts the stop and returns a channel closed when it completes.
-// A caller that will wait for it without bound (Close, Stop without a
-// deadline) and is not what the handover waits for runs the release on
-// its own goroutine (DoWait): it would wait for it anyway. A Stop with a
-// deadline hands the release to a goroutine, which goes on after the
-// deadline.
-func (e *Election) stop(ctx context.Context) <-chan struct{} {
+func (e *Election) stop() <-chan struct{} {
 	var ch chan struct{}
-	do := e.eng.Do
-	if ctx.Done() == nil && !e.eng.WouldWaitForSelf(ctx, e.c) {
-		do = func(f func()) { e.eng.DoWait(ctx, f) }
-	}
-	do(func() {
+	e.eng.Do(func() {
 		if e.stopping != nil {
 			ch = e.stopping
 			return
@@ -385,8 +373,8 @@ func (e *Election) stop(ctx context.Context) <-chan struct{} {
 		finish := func() {
 			e.c.Drop()
 			e.eng.Defer(func() {
-				e.queue.WhenIdle(func() {
-					e.queue.Close()
+				e.queue.whenIdle(func() {
+					e.queue.close()
 					close(ch)
 				})
 			})
@@ -417,7 +405,7 @@ func (e *Election) stepDown(cooldown time.Duration) (done <-chan struct{}, stopp
 			return
 		}
 		finish := func() {
-			e.eng.Defer(func() { e.queue.WhenIdle(func() { close(ch) }) })
+			e.eng.Defer(func() { e.queue.whenIdle(func() { close(ch) }) })
 		}
 		if e.oneTerm {
 			// Single-term is terminal: the term handed over, the name is

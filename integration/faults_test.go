@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -17,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/redis/go-redis/v9"
 
+	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/integration/faultcheck"
 	"github.com/simba-go/simba/integration/tcpproxy"
 	"github.com/simba-go/simba/simbatest"
@@ -351,12 +354,14 @@ var setups = []struct {
 	}},
 	{"zookeeper", func(t *testing.T, r *rig) ([]string, bool) {
 		s := simbatest.ZooKeeper(t)
-		r.faults = append(r.faults, serverRestart(func() *simbatest.Node { return s.Nodes[0] }))
+		zkInit(t, s, r)
+		r.faults = append(r.faults, serverRestart(func() *simbatest.Node { return s.Nodes[0] }), zkRootDelete(s))
 		return s.Servers(), true
 	}},
 	{"zookeeper-ensemble", func(t *testing.T, r *rig) ([]string, bool) {
 		s := simbatest.ZooKeeper(t, simbatest.WithCluster())
-		r.faults = append(r.faults, fault{"zk-leader-kill", func(ctx context.Context, r *rig) error {
+		zkInit(t, s, r)
+		r.faults = append(r.faults, zkRootDelete(s), fault{"zk-leader-kill", func(ctx context.Context, r *rig) error {
 			n := s.Leader(ctx)
 			if n == nil {
 				return fmt.Errorf("no ensemble leader")
@@ -370,6 +375,66 @@ var setups = []struct {
 		}})
 		return s.Servers(), true
 	}},
+}
+
+// zkRoot is the workers' namespace root (simba-worker's).
+func zkRoot(r *rig) string { return "/chaos/" + r.ns }
+
+// zkInit initialises the workers' new namespace, once, before they start:
+// a worker must not (a restarted worker's Init after a root deletion would
+// skip that loss's quarantine).
+func zkInit(t *testing.T, s *simbatest.ZooKeeperServer, r *rig) {
+	b, err := zksimba.New(s.Servers(), zkRoot(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Shutdown(context.Background()) }()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := b.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// zkRootDelete deletes the namespace root and everything under it (an
+// operator's deleteall): the records are lost while every session lives
+// on. The workers must see the epoch gone and wait out the quarantine.
+func zkRootDelete(s *simbatest.ZooKeeperServer) fault {
+	return fault{"zk-root-delete", func(ctx context.Context, r *rig) error {
+		conn, _, err := zk.Connect(s.Servers(), 10*time.Second, zk.WithLogInfo(false))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		r.record(faultcheck.Event{Kind: faultcheck.Fault, Worker: "all", T: faultcheck.Now(), Reason: "zk-root-delete"})
+		var del func(path string) error
+		del = func(path string) error {
+			children, _, err := conn.Children(path)
+			if errors.Is(err, zk.ErrNoNode) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			for _, c := range children {
+				if err := del(path + "/" + c); err != nil {
+					return err
+				}
+			}
+			if err := conn.Delete(path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				return err
+			}
+			return nil
+		}
+		// A worker may recreate the epoch between the children and the
+		// root: that is the loss noticed, which is the point; try again.
+		for range 3 {
+			if err = del(zkRoot(r)); !errors.Is(err, zk.ErrNotEmpty) {
+				return err
+			}
+		}
+		return nil
+	}}
 }
 
 // reshard moves every slot of from to to, live, while workers run.

@@ -18,7 +18,9 @@ import (
 type ZooKeeperServer struct {
 	Nodes []*Node
 	// Backend is a Simba backend (it owns its ZooKeeper client) under the
-	// root /simbatest/<namespace>.
+	// root /simbatest/<namespace>, which ZooKeeper initialised
+	// (zksimba.Backend.Init): a new namespace, so its first use is not
+	// quarantined.
 	Backend   *zksimba.Backend
 	Namespace string
 }
@@ -30,7 +32,9 @@ func (s *ZooKeeperServer) Servers() []string { return addrs(s.Nodes) }
 func (s *ZooKeeperServer) Root() string { return "/simbatest/" + s.Namespace }
 
 // NewBackend returns another backend under the same root with its own
-// ZooKeeper session: another process of the application under test.
+// ZooKeeper session: another process of the application under test. The
+// root is already initialised; to test a namespace's loss, delete the
+// root (the next Open quarantines it for one MaxLease).
 func (s *ZooKeeperServer) NewBackend(t testing.TB, opts ...zksimba.Option) *zksimba.Backend {
 	t.Helper()
 	b, err := zksimba.New(s.Servers(), s.Root(), opts...)
@@ -111,6 +115,11 @@ func ZooKeeper(t testing.TB, opts ...Option) *ZooKeeperServer {
 	}
 	mustReady(t, s.Nodes...)
 	s.Backend = s.NewBackend(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Backend.Init(ctx); err != nil {
+		t.Fatalf("simbatest: zookeeper: init %s: %v", s.Root(), err)
+	}
 	return s
 }
 

@@ -52,6 +52,34 @@ func (e *environment) open() (*session.Session, func(), error) {
 	return s, func() { _ = s.Close(); shutdown() }, nil
 }
 
+type initCmd struct{}
+
+// initialiser is a backend with an explicit initialisation step for new
+// namespaces (zksimba, redissimba).
+type initialiser interface {
+	Init(ctx context.Context) error
+}
+
+func (c *initCmd) Run(e *environment) error {
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	b, shutdown, err := e.target.connect(ctx)
+	if err != nil {
+		return &exitError{exitUnavailable, err}
+	}
+	defer shutdown()
+	in, ok := b.(initialiser)
+	if !ok {
+		fmt.Fprintln(e.stdout, "nothing to initialise: this backend creates its namespace itself")
+		return nil
+	}
+	if err := in.Init(ctx); err != nil {
+		return &exitError{exitUnavailable, fmt.Errorf("init: %w", err)}
+	}
+	fmt.Fprintln(e.stdout, "initialised")
+	return nil
+}
+
 type leasesCmd struct {
 	Prefix string `arg:"" optional:"" help:"Only names starting with PREFIX."`
 	JSON   bool   `help:"Print JSON."`

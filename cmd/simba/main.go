@@ -7,12 +7,19 @@
 //	simba --backend URL watch NAME            print every change of NAME's holder
 //	simba --backend URL exec --lock NAME -- CMD ARGS...
 //	simba --backend URL exec --elect NAME -- CMD ARGS...
+//	simba --backend URL init                  initialise a namespace never used
 //
 // The backend URL (or SIMBA_BACKEND) is one of redis://host:6379[/db],
 // rediss://, redis+cluster://h1:7001,h2:7002, postgres://user@host/db,
 // mysql://user:pass@host:3306/db, with ?namespace=NS (Redis namespace, SQL
 // table prefix), or zk://h1:2181,h2:2181/root. The namespace must be the
 // applications'.
+//
+// init creates a new namespace's epoch record on the backends that keep
+// one (Redis, ZooKeeper): without it, the first use of a namespace waits
+// one maximum lease, as after a data loss, since nothing tells the two
+// apart (docs/adr/0130-quarantine-after-data-loss.md). Run it only on a
+// namespace never used.
 //
 // exec --lock runs CMD while holding the lock, with the fencing token in
 // SIMBA_FENCING_TOKEN and the name in SIMBA_LEASE_NAME. If the lock is
@@ -69,6 +76,7 @@ type cli struct {
 	Leader leaderCmd `cmd:"" help:"Print who holds NAME now; exit 1 if nobody does."`
 	Watch  watchCmd  `cmd:"" help:"Print NAME's holder, then every change, until interrupted."`
 	Exec   execCmd   `cmd:"" help:"Run a command holding a lock (--lock) or only while leader (--elect)."`
+	Init   initCmd   `cmd:"" help:"Initialise a namespace never used (Redis, ZooKeeper), so its first use is not quarantined."`
 }
 
 func main() {

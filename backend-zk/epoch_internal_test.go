@@ -1,0 +1,67 @@
+package zksimba
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+func TestEpochTokens(t *testing.T) {
+	const created = int64(1_767_225_600_123) // ms; second 1767225600
+	initEp, err := newEpoch("/r", epochRecord{Epoch: "0123456789abcdef"}, &zk.Stat{Czxid: 0x500000010, Ctime: created})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, err := newEpoch("/r", epochRecord{Epoch: "0123456789abcdef", QuarantineMS: 400}, &zk.Stat{Czxid: 0x100000002, Ctime: created + 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if initEp.start != 1767225600 || initEp.until != 0 {
+		t.Fatalf("Init epoch: start %d, until %d", initEp.start, initEp.until)
+	}
+	// After a loss: start past the creation second, and the quarantine at
+	// least to that second (400 ms alone would end before it).
+	if lost.start != 1767225606 || lost.until != 1767225606000 {
+		t.Fatalf("lost epoch: start %d, until %d; want 1767225606, its second", lost.start, lost.until)
+	}
+	tok := func(e *epoch, czxid, ctime int64) (uint64, error) {
+		return e.token(&zk.Stat{Czxid: czxid, Ctime: ctime})
+	}
+	a, err := tok(initEp, 0x500000011, created+1)
+	if err != nil || a != 1767225600<<32+1 {
+		t.Fatalf("first token = %d, %v", a, err)
+	}
+	if initEp.of(0x500000011) != a {
+		t.Fatal("of disagrees with token")
+	}
+	// Zxids restarted low after the rebuild: still higher.
+	b, err := tok(lost, 0x100000003, lost.until)
+	if err != nil || b <= a {
+		t.Fatalf("token after the loss = %d, %v; want > %d", b, err, a)
+	}
+	// Every token of the Init epoch whose high part kept within the clock
+	// is below every token of the lost one.
+	last, err := tok(initEp, 0x500000010+4<<32, created+4500)
+	if err != nil || last >= b {
+		t.Fatalf("last token before the loss %d, %v; want < %d", last, err, b)
+	}
+	// More leader elections than seconds: refused, not wrapped.
+	if _, err := tok(initEp, 0x500000010+3<<32, created+2000); !errors.Is(err, ErrTokenOverflow) {
+		t.Fatalf("token ahead of the clock: %v, want ErrTokenOverflow", err)
+	}
+	// A node from before the epoch is no token.
+	if _, err := tok(initEp, 0x500000010, created); !errors.Is(err, ErrTokenRegressed) {
+		t.Fatalf("node of the epoch's own zxid: %v, want ErrTokenRegressed", err)
+	}
+	if lost.quarantined(lost.until-1) != time.Millisecond || lost.quarantined(lost.until) != 0 || initEp.quarantined(0) != 0 {
+		t.Fatal("quarantine boundaries")
+	}
+	if _, err := newEpoch("/r", epochRecord{Epoch: "x", QuarantineMS: -1}, &zk.Stat{Czxid: 1, Ctime: 1}); err == nil {
+		t.Fatal("negative quarantine accepted")
+	}
+	if _, err := newEpoch("/r", epochRecord{Epoch: "x"}, &zk.Stat{Czxid: 1, Ctime: 1 << 62}); err == nil {
+		t.Fatal("a start past 2^32 seconds accepted")
+	}
+}
