@@ -62,10 +62,12 @@ bench: services
 	@set -e; . ./.services/env; for m in $(MODULES); do (cd $$m && $(GO) test -run '^$$' -bench . -benchmem -count 5 ./...); done
 
 ## bench-peers: Simba through its public API against the raw primitive pair and
-## the peer libraries on the same servers (benchpeers/), interleaved; prints the
+## the peer libraries on the same servers (benchpeers/; etcd started too, for
+## etcd's own recipes), interleaved; prints the
 ## tables, keeps them in docs/bench/peers_run.md and regathers docs/benchmarks.md
 BENCH_PEERS_FLAGS ?=
-bench-peers: services
+bench-peers:
+	@SIMBA_SERVICES_EXTRA=etcd ./scripts/services.sh start
 	@set -e; . ./.services/env; out=$$(mktemp); \
 	(cd benchpeers && $(GO) run . $(BENCH_PEERS_FLAGS)) > $$out; cat $$out; \
 	{ echo "# Peer benchmark: the last run of make bench-peers"; echo; cat $$out; } > docs/bench/peers_run.md; rm -f $$out
@@ -82,7 +84,7 @@ chaos: services
 
 ## sim-long: the seeded simulation with many more seeds
 sim-long:
-	cd election && SIMBA_SIM_SEEDS=$${SIMBA_SIM_SEEDS:-200000} $(GO) test -count=1 -timeout 2h -run TestSimulation ./...
+	cd election && SIMBA_SIM_SEEDS=$${SIMBA_SIM_SEEDS:-200000} $(GO) test -count=1 -timeout 2h -run TestSimulation
 
 ## docs: gather docs/benchmarks.md and docs/spec-coverage.md from the per-module fragments
 docs:

@@ -26,6 +26,23 @@ require (
 	github.com/simba-go/simba/deadline v0.1.0
 	github.com/simba-go/simba/lock v0.1.0
 	github.com/simba-go/simba/session v0.1.0
+	go.etcd.io/etcd/client/v3 v3.5.29
+	go.uber.org/zap v1.17.0
+)
+
+require (
+	github.com/coreos/go-semver v0.3.0 // indirect
+	github.com/coreos/go-systemd/v22 v22.3.2 // indirect
+	github.com/gogo/protobuf v1.3.2 // indirect
+	github.com/golang/protobuf v1.5.4 // indirect
+	go.etcd.io/etcd/api/v3 v3.5.29 // indirect
+	go.etcd.io/etcd/client/pkg/v3 v3.5.29 // indirect
+	go.uber.org/multierr v1.6.0 // indirect
+	golang.org/x/net v0.51.0 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20251202230838-ff82c1b0f217 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20251202230838-ff82c1b0f217 // indirect
+	google.golang.org/grpc v1.79.3 // indirect
+	google.golang.org/protobuf v1.36.11 // indirect
 )
 
 require (
@@ -35,7 +52,7 @@ require (
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/simba-go/simba/election v0.1.0 // indirect
-	github.com/simba-go/simba/internal v0.1.0
+	github.com/simba-go/simba/internal v0.1.0 // indirect
 	github.com/simba-go/simba/term v0.1.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect

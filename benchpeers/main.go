@@ -13,11 +13,13 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/lock"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // backend is one server kind: its cases, and how to clean up after them.
@@ -38,6 +40,7 @@ var setups = map[string]setup{
 	"postgres": postgresSetup,
 	"mariadb":  mariadbSetup,
 	"zk":       zkSetup,
+	"etcd":     etcdSetup,
 }
 
 func main() {
@@ -53,7 +56,7 @@ func main() {
 
 func run(w io.Writer, args []string) error {
 	fs := flag.NewFlagSet("benchpeers", flag.ContinueOnError)
-	which := fs.String("backends", "redis,postgres,mariadb,zk", "backends to measure, comma-separated")
+	which := fs.String("backends", "redis,postgres,mariadb,zk,etcd", "backends to measure, comma-separated")
 	rounds := fs.Int("rounds", 40, "shuffled rounds of acquire + release")
 	batch := fs.Int("batch", 25, "acquire + release operations per case per round")
 	hrounds := fs.Int("handover-rounds", 12, "shuffled rounds of handovers (one per case and lead time each)")
@@ -92,7 +95,7 @@ func run(w io.Writer, args []string) error {
 	for _, name := range strings.Split(*which, ",") {
 		st, ok := setups[name]
 		if !ok {
-			return fmt.Errorf("unknown backend %q (want redis, postgres, mariadb, zk)", name)
+			return fmt.Errorf("unknown backend %q (want redis, postgres, mariadb, zk, etcd)", name)
 		}
 		b, err := st(ctx, ns)
 		if err != nil {
@@ -147,6 +150,15 @@ func report(w io.Writer, b *backend, pr []*pairResult, hr []*handoverResult) {
 				millis(quantile(q.lat, 0.5)), millis(quantile(q.lat, 0.9)), len(a.lat))
 		}
 	}
+	for i := 0; i+1 < len(hr); i += 2 {
+		sp := b.handovers[i/2].split
+		if sp == nil || len(sp.toNotice[leads[0]]) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s, split where B's session received the release notice (`Session.WatchNotices`): B waited: release → notice p50 %s ms, notice → B holds p50 %s ms; B queued 5 ms before: %s ms and %s ms.\n",
+			hr[i].name, millis(quantile(sp.toNotice[leads[0]], 0.5)), millis(quantile(sp.afterNotice[leads[0]], 0.5)),
+			millis(quantile(sp.toNotice[leads[1]], 0.5)), millis(quantile(sp.afterNotice[leads[1]], 0.5)))
+	}
 	for _, n := range b.notes {
 		fmt.Fprintf(w, "\n%s\n", n)
 	}
@@ -160,19 +172,70 @@ func ratio(x, base float64) string {
 }
 
 // simbaCases opens Simba's sessions on b for both measures, their
-// closing added to cl; the handover's sessions run with cfg.
-func simbaCases(ctx context.Context, b session.Backend, cfg deadline.Config, cl *closers) (pairCase, handoverCase, error) {
+// closing added to cl; the handover's sessions run with cfg. The pair
+// cases are Simba through its public API and, to tell the engine's share
+// from the backend's, the backend's two calls alone.
+func simbaCases(ctx context.Context, b session.Backend, cfg deadline.Config, cl *closers) ([]pairCase, handoverCase, error) {
 	p, closeP, err := simbaPair(ctx, b, "pair")
 	if err != nil {
-		return pairCase{}, handoverCase{}, err
+		return nil, handoverCase{}, err
 	}
 	cl.add(closeP)
+	d, closeD, err := driverPair(ctx, b, "driver")
+	if err != nil {
+		return nil, handoverCase{}, err
+	}
+	cl.add(closeD)
 	h, closeH, err := simbaHandover(ctx, b, "handover", cfg)
 	if err != nil {
-		return pairCase{}, handoverCase{}, err
+		return nil, handoverCase{}, err
 	}
 	cl.add(closeH)
-	return p, h, nil
+	return []pairCase{p, d}, h, nil
+}
+
+// driverPair is the backend's Acquire + Release alone, on a backend
+// session of its own, with no engine: what the engine adds is the Simba
+// case minus this one.
+func driverPair(ctx context.Context, b session.Backend, name string) (pairCase, func(), error) {
+	r, err := b.Open(ctx, driver.OpenRequest{LeaseDuration: ttl, Owner: driver.Owner{Identity: "benchpeers"}})
+	if err != nil {
+		return pairCase{}, nil, err
+	}
+	// Renewed in the background every third of the lease, as the engine
+	// would: the run outlasts one lease.
+	stop := make(chan struct{})
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				_, _ = b.Renew(ctx, driver.RenewRequest{ID: r.ID})
+			}
+		}
+	}()
+	names := []string{name}
+	op := func(ctx context.Context) error {
+		rep, err := b.Acquire(ctx, driver.AcquireRequest{ID: r.ID, Names: names})
+		if err != nil {
+			return err
+		}
+		if len(rep.Results) != 1 || rep.Results[0].Token == 0 {
+			return fmt.Errorf("driver acquire of %q not granted: %+v", name, rep.Results)
+		}
+		return b.Release(ctx, driver.ReleaseRequest{ID: r.ID, Leases: []driver.Lease{{Name: name, Token: rep.Results[0].Token}}})
+	}
+	closeFn := func() {
+		close(stop)
+		<-renewed
+		_ = b.Close(context.Background(), r.ID)
+	}
+	return pairCase{name: "Simba backend alone (driver Acquire + Release)", op: op}, closeFn, nil
 }
 
 // simbaPair is lock.TryAcquire + Close on one long-lived session with the
@@ -205,20 +268,46 @@ func simbaHandover(ctx context.Context, b session.Backend, name string, cfg dead
 		_ = sa.Close()
 		return handoverCase{}, nil, err
 	}
+	// The last notice of name B's session received, for the split.
+	var noticed atomic.Int64
+	stopWatch, watched := sb.WatchNotices(func(n session.Notice) {
+		if n.Name == name {
+			noticed.Store(time.Now().UnixNano())
+		}
+	})
+	sp := &noticeSplit{toNotice: map[time.Duration][]time.Duration{}, afterNotice: map[time.Duration][]time.Duration{}}
 	run := func(ctx context.Context, lead time.Duration) (time.Duration, error) {
 		ha, err := lock.Acquire(ctx, sa, name)
 		if err != nil {
 			return 0, err
 		}
-		return handover(ctx, lead, ha.Close, func(ctx context.Context) (func() error, error) {
+		var start time.Time
+		release := func() error {
+			noticed.Store(0)
+			start = time.Now()
+			return ha.Close()
+		}
+		d, err := handover(ctx, lead, release, func(ctx context.Context) (func() error, error) {
 			hb, err := lock.Acquire(ctx, sb, name)
 			if err != nil {
 				return nil, err
 			}
 			return hb.Close, nil
 		})
+		if at := noticed.Load(); err == nil && at != 0 {
+			to := time.Unix(0, at).Sub(start)
+			if to >= 0 && to <= d {
+				sp.toNotice[lead] = append(sp.toNotice[lead], to)
+				sp.afterNotice[lead] = append(sp.afterNotice[lead], d-to)
+			}
+		}
+		return d, err
 	}
-	return handoverCase{name: "Simba lock.Acquire", run: run}, func() { _ = sa.Close(); _ = sb.Close() }, nil
+	c := handoverCase{name: "Simba lock.Acquire", run: run}
+	if watched {
+		c.split = sp
+	}
+	return c, func() { stopWatch(); _ = sa.Close(); _ = sb.Close() }, nil
 }
 
 // handover runs one handover: the holder's release starts lead after B's

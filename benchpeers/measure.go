@@ -22,8 +22,17 @@ type pairCase struct {
 // for it, lead later A releases; it returns the time from the start of A's
 // release until B holds the lock.
 type handoverCase struct {
-	name string
-	run  func(ctx context.Context, lead time.Duration) (time.Duration, error)
+	name  string
+	run   func(ctx context.Context, lead time.Duration) (time.Duration, error)
+	split *noticeSplit // where B's release notice fell in each handover, if known
+}
+
+// noticeSplit divides Simba's handovers at the moment B's session received
+// the release notice: before it, the backend's release and its push;
+// after it, the engine's answer (an Acquire on a goroutine of its own) and
+// B's wake-up.
+type noticeSplit struct {
+	toNotice, afterNotice map[time.Duration][]time.Duration // by lead
 }
 
 // pairResult is what a pairCase measured over every round.

@@ -101,15 +101,14 @@ func redisSetup(ctx context.Context, ns string) (*backend, error) {
 	return &backend{
 		title: "Redis",
 		raw:   "`SET NX PX` + `DEL`",
-		pairs: []pairCase{
-			{"raw", raw}, simba,
-			{"bsm/redislock Obtain + Release", redislockPair},
-			{"redsync TryLock + Unlock", redsyncPair},
-		},
+		pairs: append(append([]pairCase{{"raw", raw}}, simba...),
+			pairCase{"bsm/redislock Obtain + Release", redislockPair},
+			pairCase{"redsync TryLock + Unlock", redsyncPair},
+		),
 		handovers: []handoverCase{
 			simbaH,
-			{"redsync Lock (default retry: 32 tries, 50–250 ms apart)", redsyncHandover},
-			{"bsm/redislock Obtain (LinearBackoff 100 ms, its README's)", redislockHandover},
+			{name: "redsync Lock (default retry: 32 tries, 50–250 ms apart)", run: redsyncHandover},
+			{name: "bsm/redislock Obtain (LinearBackoff 100 ms, its README's)", run: redislockHandover},
 		},
 		notes: []string{"go-redis v9 client, one per process, shared by every case; every library's TTL is 15 s (Simba's default lease)."},
 		close: cl.run,

@@ -94,8 +94,8 @@ func zkSetup(ctx context.Context, ns string) (*backend, error) {
 	return &backend{
 		title:     "ZooKeeper",
 		raw:       "create ephemeral node + delete",
-		pairs:     []pairCase{{"raw", raw}, simba, {"go-zookeeper zk.Lock Lock + Unlock", zkLockPair}},
-		handovers: []handoverCase{simbaH, {"go-zookeeper zk.Lock (B on its own connection)", zkLockHandover}},
+		pairs:     append(append([]pairCase{{"raw", raw}}, simba...), pairCase{"go-zookeeper zk.Lock Lock + Unlock", zkLockPair}),
+		handovers: []handoverCase{simbaH, {name: "go-zookeeper zk.Lock (B on its own connection)", run: zkLockHandover}},
 		notes:     []string{"The raw pair and zk.Lock share one go-zookeeper connection; Simba's backend opens its own per session."},
 		close:     cl.run,
 	}, nil

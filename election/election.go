@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/internal/layer"
+	"github.com/simba-go/simba/internal/serial"
 
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/term"
@@ -70,7 +71,7 @@ type Election struct {
 	c        layer.Claim
 	name     string
 	listener Listener
-	queue    *serial
+	queue    *serial.Queue
 	tasks    []Task
 	oneTerm  bool
 	kind     string
@@ -134,7 +135,7 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 		eng:       eng,
 		name:      name,
 		listener:  o.listener,
-		queue:     &serial{eng: eng, exec: o.exec, quiet: quiet},
+		queue:     newQueue(eng, o.exec, quiet),
 		tasks:     o.tasks,
 		oneTerm:   o.oneTerm,
 		kind:      o.kind,
@@ -148,15 +149,20 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 		return nil, fmt.Errorf("simba: start election: %w", err)
 	}
 	e.c = c
-	e.queue.owner = c
+	e.queue.SetOwner(c)
 	closed := false
-	eng.Do(func() {
+	start := func() {
 		if closed = e.closed; closed {
 			return // the session closed between Claim and now
 		}
 		e.status = Candidate
 		c.Want(true)
-	})
+	}
+	if o.waitCtx != nil {
+		eng.DoWait(o.waitCtx, start)
+	} else {
+		eng.Do(start)
+	}
 	if closed {
 		return nil, fmt.Errorf("simba: start election %q: %w", name, session.ErrClosed)
 	}
@@ -222,15 +228,12 @@ func (e *Election) won(t *term.Term) {
 	e.ts = ts
 	e.running = 0
 	e.eng.Defer(func() {
-		e.queue.push(item{
-			run: func() {
-				e.listener.OnElected(t)
-				e.eng.Do(func() { e.startTasks(t) })
-			},
-			refused: func(err error) {
-				ts.refused.Store(true)
-				e.refused(t, err)
-			},
+		e.queue.Push(func() {
+			e.listener.OnElected(t)
+			e.eng.Do(func() { e.startTasks(t) })
+		}, func(err error) {
+			ts.refused.Store(true)
+			e.refused(t, err)
 		})
 	})
 }
@@ -304,7 +307,7 @@ func (e *Election) revoked(ts *termState, reason term.RevokeReason) {
 		}
 	}
 	e.eng.Defer(func() {
-		e.queue.push(item{run: run, refused: func(error) { e.queue.inside(true, run) }})
+		e.queue.PushMustRun(run)
 	})
 }
 
@@ -316,7 +319,7 @@ func (e *Election) revoked(ts *termState, reason term.RevokeReason) {
 // ErrWouldBlockSelf. Nothing is delivered to the listener once Stop has
 // completed.
 func (e *Election) Stop(ctx context.Context) error {
-	return e.wait(ctx, e.stop())
+	return e.wait(ctx, e.stop(ctx))
 }
 
 // Close is Stop without a deadline, for io.Closer.
@@ -358,9 +361,18 @@ func (e *Election) wait(ctx context.Context, done <-chan struct{}) error {
 }
 
 // stop starts the stop and returns a channel closed when it completes.
-func (e *Election) stop() <-chan struct{} {
+// A caller that will wait for it without bound (Close, Stop without a
+// deadline) and is not what the handover waits for runs the release on
+// its own goroutine (DoWait): it would wait for it anyway. A Stop with a
+// deadline hands the release to a goroutine, which goes on after the
+// deadline.
+func (e *Election) stop(ctx context.Context) <-chan struct{} {
 	var ch chan struct{}
-	e.eng.Do(func() {
+	do := e.eng.Do
+	if ctx.Done() == nil && !e.eng.WouldWaitForSelf(ctx, e.c) {
+		do = func(f func()) { e.eng.DoWait(ctx, f) }
+	}
+	do(func() {
 		if e.stopping != nil {
 			ch = e.stopping
 			return
@@ -373,8 +385,8 @@ func (e *Election) stop() <-chan struct{} {
 		finish := func() {
 			e.c.Drop()
 			e.eng.Defer(func() {
-				e.queue.whenIdle(func() {
-					e.queue.close()
+				e.queue.WhenIdle(func() {
+					e.queue.Close()
 					close(ch)
 				})
 			})
@@ -405,7 +417,7 @@ func (e *Election) stepDown(cooldown time.Duration) (done <-chan struct{}, stopp
 			return
 		}
 		finish := func() {
-			e.eng.Defer(func() { e.queue.whenIdle(func() { close(ch) }) })
+			e.eng.Defer(func() { e.queue.WhenIdle(func() { close(ch) }) })
 		}
 		if e.oneTerm {
 			// Single-term is terminal: the term handed over, the name is

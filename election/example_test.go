@@ -89,3 +89,25 @@ func ExampleElection_StepDown() {
 	_ = e.Stop(context.Background())
 	// Output: COOLDOWN
 }
+
+func ExampleWaitFirstAttempt() {
+	b, _ := memory.New()
+	s, _ := session.Open(context.Background(), b, session.WithLogger(nil))
+	defer s.Close()
+
+	// Start returns once the backend has answered the first attempt: a
+	// caller that waits for the term anyway saves two goroutine hops.
+	won := make(chan *term.Term, 1)
+	e, _ := election.Start(s, "compactor",
+		election.WaitFirstAttempt(context.Background()),
+		election.OnWon(func(t *term.Term) { won <- t }))
+	select {
+	case t := <-won:
+		fmt.Println("won", t, "before Start returned")
+	default:
+		fmt.Println("not won yet")
+	}
+	_ = e.Stop(context.Background())
+	// Output:
+	// won compactor#1 before Start returned
+}

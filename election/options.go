@@ -57,6 +57,7 @@ type options struct {
 	onRefuse  func(error)
 	onAttempt func(error)
 	onWon     func(*term.Term)
+	waitCtx   context.Context // WaitFirstAttempt's, nil: Start returns at once
 }
 
 // WithListener sets the election's listener.
@@ -116,6 +117,20 @@ func OnAttempt(f func(err error)) Option { return func(o *options) { o.onAttempt
 // the term to Acquire without going through the delivery loop, which a
 // caller on that loop (a Direct callback) would be holding up.
 func OnWon(f func(t *term.Term)) Option { return func(o *options) { o.onWon = f } }
+
+// WaitFirstAttempt makes Start make the election's first attempt on the
+// calling goroutine and return once the backend has answered it (won or
+// not), instead of at once. For a caller that waits for the first term
+// anyway (package lock's Acquire and TryAcquire) it saves two goroutine
+// hops: the call's to a goroutine of its own and its reply's back. ctx
+// bounds the wait: when it ends first, the attempt is given up as if it had
+// timed out (a lease it won all the same is released). Start still
+// returns at once when no attempt can leave now (the session is not LIVE,
+// or another attempt of the session is in flight: this one then joins the
+// next batch), and under a simulated Env.
+func WaitFirstAttempt(ctx context.Context) Option {
+	return func(o *options) { o.waitCtx = ctx }
+}
 
 // SingleTerm makes the election take only one term: when it ends, for any
 // reason (also StepDown, and an executor refusing its OnElected), the

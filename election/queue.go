@@ -2,10 +2,9 @@ package election
 
 import (
 	"errors"
-	"sync"
-	"sync/atomic"
 
 	"github.com/simba-go/simba/internal/layer"
+	"github.com/simba-go/simba/internal/serial"
 )
 
 // Executor runs callbacks. Execute may refuse a callback by returning an
@@ -42,107 +41,11 @@ func (Goroutines) Execute(f func()) error { go f(); return nil }
 // ErrRefused wraps an executor's refusal.
 var ErrRefused = errors.New("simba: executor refused the callback")
 
-// serial runs one election's callbacks one at a time, in order, over its
-// executor, with no engine lock held. An item whose run is refused by the
-// executor is skipped and its refused function called instead.
-type serial struct {
-	eng   layer.Engine
-	exec  Executor
-	owner layer.Claim // the election's claim: whose callbacks these are
-	quiet bool        // no user listener: callbacks run nothing of the user's
-
-	mu      sync.Mutex
-	items   []item
-	running bool
-	closed  bool
-}
-
-type item struct {
-	run     func()
-	refused func(error) // nil: an internal step, run directly
-}
-
-// push appends it; it runs after everything pushed before it. After close,
-// pushes are dropped: nothing is delivered after Stop completes.
-func (q *serial) push(it item) {
-	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
-		return
-	}
-	q.items = append(q.items, it)
-	if q.running {
-		q.mu.Unlock()
-		return
-	}
-	q.running = true
-	q.mu.Unlock()
-	q.next()
-}
-
-// next runs items until the queue is empty or an item went to the
-// executor (whose completion calls next again).
-func (q *serial) next() {
-	for {
-		q.mu.Lock()
-		if len(q.items) == 0 {
-			q.running = false
-			q.mu.Unlock()
-			return
-		}
-		it := q.items[0]
-		q.items = q.items[1:]
-		q.mu.Unlock()
-		if it.refused == nil {
-			it.run() // an internal step: engine code, never waits
-			continue
-		}
-		// Exactly one side goes on with the queue: this loop if the item
-		// finished before Execute returned (a direct executor), else the
-		// goroutine that ran it.
-		var handoff atomic.Int32
-		release := q.eng.Hold()
-		_, loop := q.exec.(Direct)
-		err := q.exec.Execute(func() {
-			defer release()
-			q.inside(loop, it.run)
-			if handoff.CompareAndSwap(0, 2) {
-				return
-			}
-			q.next()
-		})
-		if err != nil {
-			release()
-			it.refused(errors.Join(ErrRefused, err))
-			continue
-		}
-		if handoff.CompareAndSwap(0, 1) {
-			return
-		}
-	}
-}
-
-// whenIdle runs f once every item pushed so far has run.
-func (q *serial) whenIdle(f func()) {
-	q.push(item{run: f})
-}
-
-// close drops everything pushed from now on.
-func (q *serial) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-}
-
-// inside runs a callback marked as the election's, so that a blocking call
-// without a context made from it does not wait for itself; loop says it
-// runs on the session's delivery loop (a Direct executor, or a refused
-// OnRevoked run in place). Callbacks of an election without a user listener
-// run unmarked: nothing in them can wait.
-func (q *serial) inside(loop bool, f func()) {
-	if q.quiet {
-		f()
-		return
-	}
-	q.eng.Inside(q.owner, loop, f)
+// newQueue returns the serial queue of one election's callbacks (package
+// internal/serial, shared with group): one at a time, in order, over exec,
+// with no engine lock held. quiet: no user listener, so callbacks run
+// unmarked.
+func newQueue(eng layer.Engine, exec Executor, quiet bool) *serial.Queue {
+	_, direct := exec.(Direct)
+	return serial.New(serial.Config{Engine: eng, Executor: exec, Direct: direct, Quiet: quiet, ErrRefused: ErrRefused})
 }

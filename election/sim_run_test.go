@@ -1,6 +1,7 @@
 package election
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"testing"
@@ -34,6 +35,7 @@ func TestSimulation(t *testing.T) {
 		first, n = s, 1
 	}
 	events := 0
+	progress := newSimProgress(n)
 	for seed := first; seed < first+uint64(n); seed++ {
 		r := runSimT(t, variedSim(seed), seed)
 		events += r.events
@@ -43,6 +45,7 @@ func TestSimulation(t *testing.T) {
 			}
 			t.Fatalf("seed %d (%+v) failed (reproduce: SIMBA_SIM_SEED=%d go test -run TestSimulation ./election):\n%v\n%v", seed, variedSim(seed), seed, r.violations, r.leaderless)
 		}
+		progress.seedPassed(seed)
 	}
 	t.Logf("%d seeds, %d events", n, events)
 }
@@ -78,3 +81,22 @@ func TestSimulationCatchesDriftBeyondTheBound(t *testing.T) {
 }
 
 var _ = time.Second
+
+// simProgress prints, to stderr, a line every 10,000 seeds when many are
+// asked (make sim-long), so that a run of an hour shows it is alive and how
+// fast it goes. A quick run prints nothing.
+type simProgress struct {
+	total, done int
+	start       time.Time
+}
+
+func newSimProgress(total int) *simProgress {
+	return &simProgress{total: total, start: time.Now()}
+}
+
+func (p *simProgress) seedPassed(seed uint64) {
+	p.done++
+	if p.total >= 20_000 && p.done%10_000 == 0 {
+		fmt.Fprintf(os.Stderr, "%s simulation: %d of %d seeds passed (last %d), %v\n", "election", p.done, p.total, seed, time.Since(p.start).Round(time.Second))
+	}
+}

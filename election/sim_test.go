@@ -121,7 +121,6 @@ type sim struct {
 	maxToken   map[string]uint64
 	sessionIDs map[session.ID]bool
 	tasks      []*simTask
-	epoch      uint64     // how many times the backend lost its data
 	terms      []*simTerm // every term ever made, in order
 	live       []*simTerm // the terms that may still be (or wrongly become) valid
 	byTerm     map[*term.Term]*simTerm
@@ -152,11 +151,6 @@ type simClose struct {
 	done chan struct{}
 	err  *error // read after done
 }
-
-// preLoss reports whether token was handed out before the backend last
-// lost its data. The memory backend's tokens are epoch<<40 | counter (see
-// its package doc), the epoch counting data losses.
-func (w *sim) preLoss(token uint64) bool { return token>>40 < w.epoch }
 
 type simNode struct {
 	w           *sim
@@ -209,7 +203,10 @@ func newSim(cfg simConfig, seed uint64) *sim {
 		timing:     deadline.Config{Drift: cfg.drift, LeaseDuration: cfg.lease}.WithDefaults(),
 	}
 	ids := 0
-	opts := []memory.Option{memory.WithClock(backendClock{w}), memory.WithIDSource(func() session.ID {
+	// The backend's maximum lease is the sim's lease: a data loss is then
+	// followed by a quarantine of exactly one lease (ADR 0130), the
+	// shortest that keeps exclusion, so the checker sees it does.
+	opts := []memory.Option{memory.WithClock(backendClock{w}), memory.WithMaxLease(w.timing.LeaseDuration), memory.WithIDSource(func() session.ID {
 		ids++
 		return session.ID(fmt.Sprintf("s%04d", ids))
 	})}
@@ -608,7 +605,7 @@ func (w *sim) act() {
 		if e := n.elections[name]; e != nil {
 			w.note("n%d %s: stop", n.id, name)
 			w.beginHandover(n, name)
-			done := e.stop()
+			done := e.stop(context.Background())
 			delete(n.elections, name)
 			var restart func()
 			restart = func() {
@@ -631,9 +628,11 @@ func (w *sim) act() {
 		w.note("n%d: crashed", n.id)
 		w.schedule(w.now+w.delay(20_000), nil, "replace", func() { w.addNode() })
 	case k < 76 && w.cfg.dataLoss: // the backend restarts without persistence
-		w.backend.LoseData(true)
-		w.epoch++
-		w.note("backend lost its data")
+		// With or without the token counters (a new token epoch): either
+		// way tokens keep rising, and the quarantine keeps exclusion.
+		keep := w.rng.IntN(2) == 0
+		w.backend.LoseData(keep)
+		w.note("backend lost its data (token counters kept: %v)", keep)
 	case k < 79 && w.cfg.lies: // Session.Close mid-flight; a new node replaces it
 		w.note("n%d: Session.Close", n.id)
 		w.closeNode(n)
@@ -741,12 +740,10 @@ func (w *sim) termMade(n *simNode, name string, e *Election, t *term.Term) {
 	w.terms = append(w.terms, st)
 	w.live = append(w.live, st)
 	w.byTerm[t] = st
-	if !w.preLoss(t.Token()) {
-		if t.Token() <= w.maxToken[name] {
-			w.violate("token for %s went from %d to %d (node %d)", name, w.maxToken[name], t.Token(), n.id)
-		}
-		w.maxToken[name] = max(w.maxToken[name], t.Token())
+	if t.Token() <= w.maxToken[name] {
+		w.violate("token for %s went from %d to %d (node %d)", name, w.maxToken[name], t.Token(), n.id)
 	}
+	w.maxToken[name] = max(w.maxToken[name], t.Token())
 	if until := n.cooldown[e]; w.now < until {
 		w.violate("node %d %s: won %s during a cooldown (%v left)", n.id, name, t, time.Duration(until-w.now))
 	}
@@ -757,12 +754,11 @@ func (w *sim) termMade(n *simNode, name string, e *Election, t *term.Term) {
 // true instant are two terms of one name valid on two nodes, and that a
 // term once invalid never becomes valid again. Validity changes only at
 // events (a term begins) or as clocks run (it ends), so checking after
-// every event covers every instant. A backend that loses its data (a Redis
-// restart without persistence) breaks exclusion by design (docs/design.md
-// §5): terms whose lease was granted before the loss are left out; their
-// lower fencing tokens are the guard. A term leaves the watch list once it
-// was revoked and a whole lease has passed since (no deadline reaches
-// further).
+// every event covers every instant. This holds across the backend's data
+// losses too: the quarantine that follows one (ADR 0130) grants nothing
+// until every term granted before the loss has passed its deadline, so no
+// term is left out. A term leaves the watch list once it was revoked and a
+// whole lease has passed since (no deadline reaches further).
 func (w *sim) check() {
 	keep := w.live[:0]
 	retire := int64(float64(w.timing.LeaseDuration)*2) + int64(time.Second)
@@ -790,7 +786,7 @@ func (w *sim) check() {
 	for _, name := range w.cfg.names {
 		var holders []string
 		for _, st := range w.live {
-			if st.name == name && st.invalidAt == 0 && !st.n.crashed && !w.preLoss(st.t.Token()) {
+			if st.name == name && st.invalidAt == 0 && !st.n.crashed {
 				holders = append(holders, fmt.Sprintf("n%d:%s", st.n.id, st.t))
 			}
 		}
@@ -869,7 +865,11 @@ func (w *sim) callback(n *simNode, name string, cb simCallback) {
 			if cb.t.Token() < t.t.Token() && !cb.t.Valid() {
 				continue
 			}
-			if w.now >= t.boundAt || t.node.s.ID() != t.sessionAtStop || t.node.s.Remaining() <= 0 || w.preLoss(t.t.Token()) ||
+			// No data-loss exemption: a loss ends the old term's lease
+			// involuntarily, but the quarantine that follows lets no new
+			// term begin before the old term's deadline, which is its
+			// handover's bound (boundAt), so the first test covers it.
+			if w.now >= t.boundAt || t.node.s.ID() != t.sessionAtStop || t.node.s.Remaining() <= 0 ||
 				w.takenOver[fmt.Sprintf("%d/%s#%d", t.node.id, t.name, t.t.Token())] {
 				continue // the bound ran out, or the lease was lost involuntarily: nothing to wait for
 			}
@@ -933,7 +933,7 @@ func runSim(cfg simConfig, seed uint64) simResult {
 		}
 		for _, name := range cfg.names {
 			if e := n.elections[name]; e != nil {
-				stops = append(stops, e.stop())
+				stops = append(stops, e.stop(context.Background()))
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/simba-go/simba/group"
 	"github.com/simba-go/simba/session"
@@ -70,4 +71,54 @@ func ExampleAssign() {
 	}
 	fmt.Println("moved", moved, "of 6 when c joined")
 	// Output: moved 2 of 6 when c joined
+}
+
+// A member moves its load off before a deploy: StepDown hands every
+// partition over in order (tasks return, then each lease is released with
+// its token, then OnRevoked), and the member is not counted for the
+// cooldown, so the other members take its partitions; afterwards it joins
+// again and takes its share back.
+func ExampleGroup_StepDown() {
+	b, _ := memory.New()
+	s, err := session.Open(context.Background(), b, session.WithLogger(nil))
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close()
+
+	var mu sync.Mutex
+	owned := map[int]bool{}
+	all := make(chan struct{})
+	g, err := group.Join(s, "orders", 2, group.WithListener(group.Funcs{
+		Assigned: func(p int, _ *term.Term) {
+			mu.Lock()
+			defer mu.Unlock()
+			if owned[p] = true; len(owned) == 2 {
+				close(all)
+			}
+		},
+		Revoked: func(p int, _ *term.Term, reason term.RevokeReason) {
+			mu.Lock()
+			defer mu.Unlock()
+			delete(owned, p)
+			fmt.Println("revoked", p, reason.String())
+		},
+	}))
+	if err != nil {
+		panic(err)
+	}
+	<-all
+	if err := g.StepDown(context.Background(), time.Hour); err != nil {
+		panic(err)
+	}
+	mu.Lock()
+	fmt.Println("owned after StepDown:", len(owned), g.Snapshot().Status)
+	mu.Unlock()
+	if err := g.Close(); err != nil {
+		panic(err)
+	}
+	// Unordered output:
+	// revoked 0 STEPPED_DOWN
+	// revoked 1 STEPPED_DOWN
+	// owned after StepDown: 0 COOLDOWN
 }

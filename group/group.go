@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/simba-go/simba/internal/layer"
+	"github.com/simba-go/simba/internal/serial"
 
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/election"
@@ -27,6 +28,9 @@ var (
 	// ErrNoInspector: the session's backend cannot list who holds leases,
 	// which a group needs to see its members.
 	ErrNoInspector = session.ErrNoInspector
+	// ErrLeft: StepDown was called on a member that has left or is
+	// leaving the group (Leave, Close, or its session closed).
+	ErrLeft = errors.New("simba: the member has left the group")
 )
 
 // Limits of a group's shape, so that every lease name it makes is valid
@@ -50,7 +54,7 @@ type Group struct {
 	listener Listener
 	tasks    []Task
 	onError  func(error)
-	queue    *serial
+	queue    *serial.Queue
 	spawn    func(p int, t *term.Term, task Task, done func())
 	member   layer.Claim
 
@@ -66,6 +70,9 @@ type Group struct {
 	inspecting bool
 	members    []string // as the last poll saw them
 	polls      uint64
+	cooling    bool            // stepped down: not a member until the cooldown ends
+	coolStop   func() bool     // the cooldown's timer
+	stepped    []chan struct{} // StepDowns waiting for their handovers
 }
 
 // Join makes the session a member of the group name, whose partitions are
@@ -107,14 +114,6 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 	if !s.CanInspect() {
 		return nil, fmt.Errorf("simba: join group %q: %w", name, ErrNoInspector)
 	}
-	// A session is at most one member of a group: two would compete with
-	// each other for the same partition claims (the claim of a name is one
-	// per session), every tick. Member records are the only "group" kind.
-	for _, e := range s.Snapshot().Entries {
-		if e.Kind == "group" && strings.HasPrefix(e.Name, name+":m:") {
-			return nil, fmt.Errorf("simba: join group %q: the session is already a member (%s): %w", name, e.Name, session.ErrAlreadyStarted)
-		}
-	}
 	g := &Group{
 		s:        s,
 		eng:      eng,
@@ -124,16 +123,31 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 		listener: o.listener,
 		tasks:    o.tasks,
 		onError:  o.onError,
-		queue:    &serial{eng: eng, exec: o.exec},
+		queue:    newQueue(eng, o.exec),
 		parts:    make([]*part, partitions),
 	}
 	g.spawn = g.goTask
-	g.queue.owner = g
+	g.queue.SetOwner(g)
 	c, err := eng.Claim(g.memberName(), memberHandler{g})
 	if err != nil {
 		return nil, fmt.Errorf("simba: join group %q: %w", name, err)
 	}
 	g.member = c
+	// A session is at most one member of a group: two would compete with
+	// each other for the same partition claims (the claim of a name is one
+	// per session), every tick. The check follows the registration, so
+	// that two concurrent Joins cannot both pass it: the snapshot lists
+	// claims in registration order, and the member record registered
+	// first wins. Member records are the only "group" kind.
+	for _, e := range s.Snapshot().Entries {
+		if e.Kind == "group" && strings.HasPrefix(e.Name, name+":m:") {
+			if e.Name == g.memberName() {
+				break
+			}
+			eng.Do(c.Drop)
+			return nil, fmt.Errorf("simba: join group %q: the session is already a member (%s): %w", name, e.Name, session.ErrAlreadyStarted)
+		}
+	}
 	closed := false
 	eng.Do(func() {
 		c.SetOwner(g)
@@ -244,7 +258,7 @@ type Snapshot struct {
 	Name       string   `json:"name"`
 	Partitions int      `json:"partitions"`
 	Member     string   `json:"member"`
-	Status     string   `json:"status"`  // JOINING, MEMBER, LEAVING or LEFT
+	Status     string   `json:"status"`  // JOINING, MEMBER, COOLDOWN, LEAVING or LEFT
 	Members    []string `json:"members"` // as the last poll saw them
 	Owned      []Owned  `json:"owned"`   // by partition
 }
@@ -280,6 +294,8 @@ func (g *Group) status() string {
 		return "LEFT"
 	case g.leaving != nil || g.closed:
 		return "LEAVING"
+	case g.cooling:
+		return "COOLDOWN"
 	case g.joined:
 		return "MEMBER"
 	}
@@ -325,6 +341,7 @@ func (g *Group) leave() <-chan struct{} {
 		ch = make(chan struct{})
 		g.leaving = ch
 		g.stopPoll()
+		g.stopCooldown()
 		g.member.Want(false)
 		g.member.Release(term.Stopped, nil)
 		for _, pt := range g.parts {
@@ -337,9 +354,23 @@ func (g *Group) leave() <-chan struct{} {
 	return ch
 }
 
-// checkLeft completes a Leave once no handover is under way. Lock held.
+// checkLeft completes the StepDowns and the Leave waiting for the
+// handovers under way, once there are none. Lock held.
 func (g *Group) checkLeft() {
-	if g.leaving == nil || g.left || g.handovers > 0 {
+	if g.handovers > 0 {
+		return
+	}
+	if stepped := g.stepped; len(stepped) > 0 {
+		g.stepped = nil
+		g.eng.Defer(func() {
+			g.queue.WhenIdle(func() { // after the OnRevoked of every handover
+				for _, ch := range stepped {
+					close(ch)
+				}
+			})
+		})
+	}
+	if g.leaving == nil || g.left {
 		return
 	}
 	g.left = true
@@ -351,8 +382,8 @@ func (g *Group) checkLeft() {
 	}
 	ch := g.leaving
 	g.eng.Defer(func() {
-		g.queue.whenIdle(func() {
-			g.queue.close()
+		g.queue.WhenIdle(func() {
+			g.queue.Close()
 			close(ch)
 		})
 	})
@@ -377,7 +408,7 @@ func (g *Group) stopPoll() {
 // armPoll schedules the next poll one candidate tick from now. Lock held.
 func (g *Group) armPoll() {
 	g.stopPoll()
-	if g.closed || g.leaving != nil {
+	if g.closed || g.leaving != nil || g.cooling {
 		return
 	}
 	d := g.s.Config().RetryDelay(g.eng.Jitter())
@@ -411,7 +442,7 @@ func (g *Group) poll() {
 	}, func(v any, err error) {
 		hs, _ := v.([]session.Holder)
 		g.inspecting = false
-		if g.closed || g.leaving != nil {
+		if g.closed || g.leaving != nil || g.cooling {
 			return
 		}
 		if err != nil {
@@ -525,6 +556,10 @@ func (g *Group) claim(pts []*part) {
 			}
 			pt.c = cs[i]
 			pt.c.SetOwner(g) // the partition's callbacks and tasks are the group's
+			// A rebalance's releases come as a stream, each when its old
+			// owner's task returns: answered in one Acquire per window,
+			// not one each (ADR 0102).
+			pt.c.PaceNotices()
 			if pt.want && !g.closed && g.leaving == nil {
 				ready = append(ready, pt.c)
 			} else {
@@ -553,6 +588,10 @@ func (m memberHandler) Won(*term.Term) {
 		g.member.Release(term.Stopped, nil)
 		return
 	}
+	if g.cooling { // won by an attempt sent before the step down
+		g.member.Release(term.SteppedDown, nil)
+		return
+	}
 	g.joined = true
 	g.poll()
 }
@@ -569,6 +608,7 @@ func (m memberHandler) Closed() {
 	g.closed = true
 	g.joined = false
 	g.stopPoll()
+	g.stopCooldown()
 }
 
 func (m memberHandler) Describe() (kind, status string) {

@@ -43,15 +43,12 @@ func (pt *part) Won(t *term.Term) {
 	ts := &termState{t: t}
 	pt.term, pt.ts, pt.running = t, ts, 0
 	g.eng.Defer(func() {
-		g.queue.push(item{
-			run: func() {
-				g.listener.OnAssigned(pt.p, t)
-				g.eng.Do(func() { pt.startTasks(t) })
-			},
-			refused: func(err error) {
-				ts.refused.Store(true)
-				pt.refused(t, err)
-			},
+		g.queue.Push(func() {
+			g.listener.OnAssigned(pt.p, t)
+			g.eng.Do(func() { pt.startTasks(t) })
+		}, func(err error) {
+			ts.refused.Store(true)
+			pt.refused(t, err)
 		})
 	})
 }
@@ -120,7 +117,7 @@ func (pt *part) revoked(ts *termState, reason term.RevokeReason) {
 		}
 	}
 	g.eng.Defer(func() {
-		g.queue.push(item{run: run, refused: func(error) { g.queue.eng.Inside(g.queue.owner, true, run) }})
+		g.queue.PushMustRun(run)
 	})
 }
 

@@ -3,6 +3,7 @@ package group
 import (
 	"context"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,15 +134,28 @@ func BenchmarkHeapPerPartition(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
 		heap0 := ms.HeapAlloc
+		// The member is alone: nothing revokes, so the N-th OnAssigned
+		// means it owns every partition.
+		var assigned atomic.Int64
+		all := make(chan struct{})
 		g, err := Join(s, "scale", scaleN, RunWhileOwner(func(ctx context.Context, _ int, _ *term.Term) error {
 			<-ctx.Done()
 			return nil
-		}))
+		}), WithListener(Funcs{Assigned: func(int, *term.Term) {
+			if assigned.Add(1) == scaleN {
+				close(all)
+			}
+		}}))
 		if err != nil {
 			b.Fatal(err)
 		}
-		for len(g.Terms()) < scaleN {
-			time.Sleep(10 * time.Millisecond)
+		select {
+		case <-all:
+		case <-time.After(time.Minute):
+			b.Fatalf("owns %d of %d partitions after a minute", len(g.Terms()), scaleN)
+		}
+		if got := len(g.Terms()); got != scaleN {
+			b.Fatalf("owns %d valid terms after %d OnAssigned, want %d", got, scaleN, scaleN)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&ms)

@@ -1,10 +1,12 @@
 package group
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func simSeeds(t *testing.T, quick int) int {
@@ -31,6 +33,7 @@ func TestSimulation(t *testing.T) {
 		first, n = s, 1
 	}
 	events := 0
+	progress := newSimProgress(n)
 	for seed := first; seed < first+uint64(n); seed++ {
 		r := runSim(variedSim(seed), seed)
 		events += r.events
@@ -40,6 +43,7 @@ func TestSimulation(t *testing.T) {
 			}
 			t.Fatalf("seed %d (%+v) failed (reproduce: SIMBA_SIM_SEED=%d go test -run TestSimulation ./group):\n%v", seed, variedSim(seed), seed, r.violations)
 		}
+		progress.seedPassed(seed)
 	}
 	t.Logf("%d seeds, %d events", n, events)
 }
@@ -94,4 +98,23 @@ func containsAny(vs []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// simProgress prints, to stderr, a line every 10,000 seeds when many are
+// asked (make sim-long), so that a run of an hour shows it is alive and how
+// fast it goes. A quick run prints nothing.
+type simProgress struct {
+	total, done int
+	start       time.Time
+}
+
+func newSimProgress(total int) *simProgress {
+	return &simProgress{total: total, start: time.Now()}
+}
+
+func (p *simProgress) seedPassed(seed uint64) {
+	p.done++
+	if p.total >= 20_000 && p.done%10_000 == 0 {
+		fmt.Fprintf(os.Stderr, "%s simulation: %d of %d seeds passed (last %d), %v\n", "group", p.done, p.total, seed, time.Since(p.start).Round(time.Second))
+	}
 }

@@ -22,7 +22,8 @@ import (
 // on virtual true time from a single goroutine, so a seed reproduces a run
 // exactly. Node clocks run at their own rates; replies are delayed, lost,
 // duplicated and reordered; nodes pause past the lease, crash (a new node
-// replaces them), leave and join again; the backend loses its data. After
+// replaces them), leave and join again, step down for a while; the backend
+// loses its data. After
 // every event the checker verifies that no partition has two valid owners;
 // as terms begin, that tokens rise per partition; as callbacks run, that
 // they are paired and that a partition's next owner hears OnAssigned only
@@ -104,7 +105,6 @@ type sim struct {
 	trace   strings.Builder
 	hash    uint64
 	events  int
-	epoch   uint64 // data losses so far
 
 	violations []string
 	maxToken   map[string]uint64
@@ -141,7 +141,10 @@ func newSim(cfg simConfig, seed uint64) *sim {
 	w := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(seed, 0x5eed)), base: time.Unix(1_000_000, 0), faulty: cfg.faults,
 		maxToken: map[string]uint64{}, pending: map[*term.Term]*simTask{}}
 	ids := 0
-	b, err := memory.New(memory.WithClock(backendClock{w}), memory.WithIDSource(func() session.ID {
+	// The backend's maximum lease is the sessions' lease: a data loss is
+	// followed by a quarantine of exactly one lease (ADR 0130), the
+	// shortest that keeps exclusion, so the checker sees it does.
+	b, err := memory.New(memory.WithClock(backendClock{w}), memory.WithMaxLease(deadline.DefaultLeaseDuration), memory.WithIDSource(func() session.ID {
 		ids++
 		return session.ID(fmt.Sprintf("s%04d", ids))
 	}))
@@ -373,12 +376,16 @@ func (w *sim) act() {
 		w.schedule(w.now+w.delay(20_000), nil, "replace", func() { w.addNode() })
 	case k < 64:
 		w.backend.LoseData(false)
-		w.epoch++
 		w.note("backend lost its data")
+	case k < 72: // step down for a while (ends well before the quiet period does)
+		if n.g == nil || n.rejoining {
+			return
+		}
+		cool := time.Duration(w.delay(20_000))
+		w.note("n%d: step down for %v", n.id, cool)
+		n.g.stepDown(cool)
 	}
 }
-
-func (w *sim) preLoss(token uint64) bool { return token>>40 < w.epoch }
 
 func (w *sim) afterEvent() {
 	for _, t := range w.tasks {
@@ -413,8 +420,9 @@ func (w *sim) violate(format string, args ...any) {
 	}
 }
 
-// check: at this true instant, no partition has two valid owners (terms
-// granted before a data loss are fenced by their lower tokens instead).
+// check: at this true instant, no partition has two valid owners, across
+// data losses too (the quarantine after one grants nothing until every
+// term granted before it has passed its deadline: ADR 0130).
 func (w *sim) check() {
 	owners := make(map[int][]string)
 	for _, n := range w.nodes {
@@ -422,7 +430,7 @@ func (w *sim) check() {
 			continue
 		}
 		for p, t := range n.terms() {
-			if t.Valid() && !w.preLoss(t.Token()) {
+			if t.Valid() {
 				owners[p] = append(owners[p], fmt.Sprintf("n%d:%s", n.id, t))
 			}
 		}
@@ -456,9 +464,6 @@ func (w *sim) sessionEvent(n *simNode, e session.Event) {
 	switch e.Kind {
 	case session.TermElected:
 		w.note("n%d: %s#%d begins", n.id, e.Name, e.Token)
-		if w.preLoss(e.Token) {
-			break
-		}
 		if e.Token <= w.maxToken[e.Name] {
 			w.violate("token of %s went from %d to %d (n%d)", e.Name, w.maxToken[e.Name], e.Token, n.id)
 		}
@@ -494,7 +499,15 @@ func (w *sim) assigned(n *simNode, p int, t *term.Term) {
 		if pt.p != p || pt.t == t || pt.exited || pt.node.crashed {
 			continue
 		}
-		if w.now >= pt.boundAt || pt.node.s.ID() != pt.session || pt.node.s.Remaining() <= 0 || w.preLoss(pt.t.Token()) {
+		// A term older than the one handed over is no new owner: its
+		// OnAssigned arrives late, from a node paused since it won (seed
+		// 125), and its term is already over (as in the election's check).
+		if t.Token() < pt.t.Token() && !t.Valid() {
+			continue
+		}
+		// No data-loss exemption: the quarantine after a loss lets no new
+		// owner begin before the old term's deadline, which is boundAt.
+		if w.now >= pt.boundAt || pt.node.s.ID() != pt.session || pt.node.s.Remaining() <= 0 {
 			continue
 		}
 		w.violate("n%d: OnAssigned(%d, %s) before the task of %s on n%d returned (voluntary handover)", n.id, p, t, pt.t, pt.node.id)

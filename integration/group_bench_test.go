@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,66 +11,99 @@ import (
 	"github.com/simba-go/simba/group"
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/session/driver"
+	"github.com/simba-go/simba/term"
 )
 
-// BenchmarkGroupScale: 1,024 partitions over 10 members on each backend
-// (lease 2s, renewal every 600ms: candidate ticks of 300–600ms). It
-// reports the time to settle (every partition owned, shares fair) after
-// the first join of all, a join, a leave and a crash, and the backend
-// calls per member per candidate tick once settled.
+// BenchmarkGroupScale: 1,024 partitions over 10 members on each backend,
+// each member its own session and client in this process (lease 2s,
+// renewal every 600ms: candidate ticks of 300–600ms). It reports the time
+// to settle (every partition owned, shares fair) after the first join of
+// all, a join, a leave and a crash; the backend calls per member per
+// candidate tick once settled, and the Acquire calls among them; the
+// Acquire calls the newcomer made to take its share; and the heap per
+// owned partition (what the 10 members' groups, claims and terms add to
+// the process, the sessions and clients already open).
 func BenchmarkGroupScale(b *testing.B) {
 	const n, members = 1024, 10
 	for _, bk := range backends {
 		b.Run(bk.name, func(b *testing.B) {
 			newClient := bk.start(b)
 			for i := 0; i < b.N; i++ {
-				var ms []*scaleMember
-				add := func() *scaleMember {
+				changed := make(chan struct{}, 1)
+				signal := func() {
+					select {
+					case changed <- struct{}{}:
+					default:
+					}
+				}
+				name := fmt.Sprintf("scale%d", i)
+				open := func() *scaleMember {
 					m := &scaleMember{counting: counting{cut: cut{Backend: newClient()}}}
 					s, err := session.Open(context.Background(), m, session.WithConfig(timing), session.WithLogger(nil))
 					if err != nil {
 						b.Fatal(err)
 					}
 					m.s = s
-					m.g, err = group.Join(s, fmt.Sprintf("scale%d", i), n)
+					return m
+				}
+				join := func(m *scaleMember) {
+					var err error
+					m.g, err = group.Join(m.s, name, n, group.WithListener(group.Funcs{
+						Assigned: func(int, *term.Term) { signal() },
+						Revoked:  func(int, *term.Term, term.RevokeReason) { signal() },
+					}))
 					if err != nil {
 						b.Fatal(err)
 					}
-					ms = append(ms, m)
-					return m
 				}
+				var ms []*scaleMember
 				for range members {
-					add()
+					ms = append(ms, open())
 				}
-				first := settleScale(b, n, ms)
+				heap0 := heapNow()
+				for _, m := range ms {
+					join(m)
+				}
+				first := settleScale(b, n, ms, changed)
+				heap := float64(heapNow()-heap0) / n
 
-				before := make([]int64, len(ms))
+				// Steady state: calls per member per mean candidate tick.
+				before := make([]callCounts, len(ms))
 				for k, m := range ms {
-					before[k] = m.calls.Load()
+					before[k] = m.counts()
 				}
 				window := 3 * time.Second
-				time.Sleep(window)
-				var total int64
+				time.Sleep(window) // a measuring window, not a wait for a state
+				var total, acquires int64
 				for k, m := range ms {
-					total += m.calls.Load() - before[k]
+					c := m.counts()
+					total += c.all - before[k].all
+					acquires += c.acquire - before[k].acquire
 				}
 				tick := timing.RenewInterval * 3 / 4 // the mean candidate tick
-				b.ReportMetric(float64(total)/float64(len(ms))/(float64(window)/float64(tick)), "calls/member/tick")
+				ticks := float64(len(ms)) * float64(window) / float64(tick)
 
-				add()
-				join := settleScale(b, n, ms)
+				newcomer := open()
+				join(newcomer)
+				ms = append(ms, newcomer)
+				joinT := settleScale(b, n, ms, changed)
+				joinAcquires := newcomer.acquires.Load()
 				leaver := ms[0]
 				if err := leaver.g.Leave(context.Background()); err != nil {
 					b.Fatal(err)
 				}
 				ms = ms[1:]
-				leave := settleScale(b, n, ms)
+				leave := settleScale(b, n, ms, changed)
 				crashed := ms[0]
 				crashed.off.Store(true)
 				ms = ms[1:]
-				crash := settleScale(b, n, ms)
+				crash := settleScale(b, n, ms, changed)
+				b.ReportMetric(float64(total)/ticks, "calls/member/tick")
+				b.ReportMetric(float64(acquires)/ticks, "acquires/member/tick")
+				b.ReportMetric(float64(joinAcquires), "join-acquire-calls")
+				b.ReportMetric(heap, "heap-B/partition")
 				b.ReportMetric(first.Seconds(), "settle-first-s")
-				b.ReportMetric(join.Seconds(), "settle-join-s")
+				b.ReportMetric(joinT.Seconds(), "settle-join-s")
 				b.ReportMetric(leave.Seconds(), "settle-leave-s")
 				b.ReportMetric(crash.Seconds(), "settle-crash-s")
 				for _, m := range append(ms, leaver, crashed) {
@@ -78,6 +112,13 @@ func BenchmarkGroupScale(b *testing.B) {
 			}
 		})
 	}
+}
+
+func heapNow() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }
 
 type scaleMember struct {
@@ -89,7 +130,14 @@ type scaleMember struct {
 // counting counts the backend calls a member makes.
 type counting struct {
 	cut
-	calls atomic.Int64
+	calls    atomic.Int64
+	acquires atomic.Int64
+}
+
+type callCounts struct{ all, acquire int64 }
+
+func (c *counting) counts() callCounts {
+	return callCounts{all: c.calls.Load(), acquire: c.acquires.Load()}
 }
 
 func (c *counting) Renew(ctx context.Context, r driver.RenewRequest) (driver.RenewReply, error) {
@@ -99,6 +147,7 @@ func (c *counting) Renew(ctx context.Context, r driver.RenewRequest) (driver.Ren
 
 func (c *counting) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.AcquireReply, error) {
 	c.calls.Add(1)
+	c.acquires.Add(1)
 	return c.cut.Acquire(ctx, r)
 }
 
@@ -112,23 +161,38 @@ func (c *counting) Inspect(ctx context.Context, r driver.InspectRequest) ([]driv
 	return c.cut.Inspect(ctx, r)
 }
 
-// settleScale waits until ms own all n partitions fairly; it returns how
-// long that took.
-func settleScale(b *testing.B, n int, ms []*scaleMember) time.Duration {
+// settleScale waits until ms own all n partitions fairly, looking again at
+// every OnAssigned or OnRevoked (changed) and at each term's end; it
+// returns how long that took.
+func settleScale(b *testing.B, n int, ms []*scaleMember, changed <-chan struct{}) time.Duration {
 	start := time.Now()
+	limit := time.NewTimer(time.Minute)
+	defer limit.Stop()
 	lo, hi := n/len(ms), (n+len(ms)-1)/len(ms)
-	for time.Since(start) < time.Minute {
+	for {
 		total, fair := 0, true
+		var soonest time.Duration = time.Minute
 		for _, m := range ms {
-			k := len(m.g.Terms())
+			ts := m.g.Terms()
+			k := len(ts)
 			total += k
 			fair = fair && k >= lo && k <= hi
+			for _, t := range ts {
+				soonest = min(soonest, t.Remaining())
+			}
 		}
 		if fair && total == n {
 			return time.Since(start)
 		}
-		time.Sleep(10 * time.Millisecond)
+		// A term can also end without a callback yet (its validity runs
+		// out first): look again then.
+		expiry := time.NewTimer(soonest + time.Millisecond)
+		select {
+		case <-changed:
+		case <-expiry.C:
+		case <-limit.C:
+			b.Fatalf("%d partitions over %d members not settled within a minute", n, len(ms))
+		}
+		expiry.Stop()
 	}
-	b.Fatalf("1,024 partitions over %d members not settled within a minute", len(ms))
-	return 0
 }

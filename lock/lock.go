@@ -56,7 +56,10 @@ func (w *waiter) win(t *term.Term) { w.once.Do(func() { w.won <- t }) }
 
 func acquire(ctx context.Context, s *session.Session, name string, try bool) (*Held, error) {
 	w := &waiter{won: make(chan *term.Term, 1), err: make(chan error, 1)}
-	opts := []election.Option{election.SingleTerm("lock"), election.OnWon(w.win), election.WithExecutor(election.Direct{})}
+	// The first attempt runs on this goroutine (WaitFirstAttempt): the
+	// caller waits for it anyway, and the goroutine hops of a call of its
+	// own were most of an uncontended lock's engine cost (issue 11).
+	opts := []election.Option{election.SingleTerm("lock"), election.OnWon(w.win), election.WithExecutor(election.Direct{}), election.WaitFirstAttempt(ctx)}
 	if try {
 		opts = append(opts, election.OnAttempt(func(err error) {
 			select {
@@ -83,6 +86,10 @@ func acquire(ctx context.Context, s *session.Session, name string, try bool) (*H
 		}
 		if err == nil {
 			return nil, fmt.Errorf("%w: %q", ErrNotAcquired, name)
+		}
+		if ctx.Err() != nil {
+			// The attempt was given up because ctx ended (WaitFirstAttempt).
+			return nil, fmt.Errorf("simba: lock %q: %w", name, context.Cause(ctx))
 		}
 		return nil, fmt.Errorf("simba: lock %q: %w", name, err)
 	case <-ctx.Done():

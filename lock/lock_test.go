@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -366,6 +368,105 @@ func TestTryAcquireDuringAQuarantineSaysSo(t *testing.T) {
 		h, err := lock.TryAcquire(context.Background(), s, "nightly")
 		if err != nil {
 			t.Fatalf("TryAcquire after the quarantine: %v", err)
+		}
+		_ = h.Close()
+	})
+}
+
+// goroutineID reads the calling goroutine's id from its stack header.
+func goroutineID() string {
+	var buf [64]byte
+	f := strings.Fields(string(buf[:runtime.Stack(buf[:], false)]))
+	return f[1]
+}
+
+// callerBackend records on which goroutine each Acquire and Release runs,
+// and can make an Acquire last until its context ends, then grant it all
+// the same (the server's grant raced the cancellation).
+type callerBackend struct {
+	*memory.Backend
+	mu       sync.Mutex
+	acquires []string
+	releases []string
+	slow     bool
+}
+
+func (c *callerBackend) Acquire(ctx context.Context, r driver.AcquireRequest) (driver.AcquireReply, error) {
+	c.mu.Lock()
+	c.acquires = append(c.acquires, goroutineID())
+	slow := c.slow
+	c.mu.Unlock()
+	if slow {
+		<-ctx.Done()
+		ctx = context.WithoutCancel(ctx)
+	}
+	return c.Backend.Acquire(ctx, r)
+}
+
+func (c *callerBackend) Release(ctx context.Context, r driver.ReleaseRequest) error {
+	c.mu.Lock()
+	c.releases = append(c.releases, goroutineID())
+	c.mu.Unlock()
+	return c.Backend.Release(ctx, r)
+}
+
+// An uncontended lock's backend calls run on the caller's goroutine: it
+// waits for them anyway, and handing each to a goroutine of its own and
+// its reply back was most of the engine's cost per lock (issue 11).
+func TestUncontendedLockCallsRunOnTheCallersGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mb, _ := memory.New()
+		b := &callerBackend{Backend: mb}
+		s := open(t, b)
+		me := goroutineID()
+		h, err := lock.TryAcquire(context.Background(), s, "nightly")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if len(b.acquires) != 1 || b.acquires[0] != me || len(b.releases) != 1 || b.releases[0] != me {
+			t.Fatalf("caller goroutine %s; Acquire ran on %v, Release on %v: want one each, on the caller's", me, b.acquires, b.releases)
+		}
+	})
+}
+
+// The first attempt runs on the caller's goroutine, yet the caller's ctx
+// still bounds TryAcquire: when it ends first the attempt is given up as if
+// it had timed out (its context is cancelled), and a lease the backend
+// grants all the same is given back at once rather than kept until a
+// renewal notices it.
+func TestTryAcquireGivesUpItsFirstAttemptWithContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mb, _ := memory.New()
+		b := &callerBackend{Backend: mb}
+		s := open(t, b)
+		b.mu.Lock()
+		b.slow = true
+		b.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err := lock.TryAcquire(ctx, s, "nightly")
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("TryAcquire = %v, want the context's DeadlineExceeded", err)
+		}
+		if d := time.Since(start); d != time.Second {
+			t.Fatalf("TryAcquire returned after %v, want the context's 1s (not the call timeout)", d)
+		}
+		b.mu.Lock()
+		b.slow = false
+		b.mu.Unlock()
+		synctest.Wait()
+		if _, _, ok := mb.Owner("nightly"); ok {
+			t.Fatal("the lease granted after the attempt was given up is still held")
+		}
+		h, err := lock.TryAcquire(context.Background(), s, "nightly")
+		if err != nil {
+			t.Fatalf("TryAcquire after the given-up attempt: %v", err)
 		}
 		_ = h.Close()
 	})

@@ -22,7 +22,9 @@ type claim struct {
 	attempt uint64 // the attempt in flight, 0 if none
 	held    *held
 	dropped bool
-	owner   any // whose callbacks and tasks this claim's are, for self-waits; nil: the claim's own
+	owner   any  // whose callbacks and tasks this claim's are, for self-waits; nil: the claim's own
+	paced   bool // its release notices wait for the session's notice window (PaceNotices)
+	noticed bool // a paced notice waits for the window's end
 }
 
 // held is a lease the session holds for a claim: its term, valid or
@@ -81,6 +83,10 @@ func (c *claim) setHeld(h *held) {
 // (wouldWaitForSelf): a term's context then names key. By
 // default a claim owns its own. Call it before the claim wins a term.
 func (c *claim) SetOwner(key any) { c.owner = key }
+
+// PaceNotices lets the claim's release notices wait for a batch (see
+// Session.notice).
+func (c *claim) PaceNotices() { c.paced = true }
 
 // ownerKey is the claim's owner for self-waits.
 func (c *claim) ownerKey() any {

@@ -351,6 +351,8 @@ func (s *Session) armCandidate() {
 		return
 	}
 	s.after(&s.candidate, s.cfg.RetryDelay(s.env.Jitter()), func() {
+		s.stopTimer(&s.noticeT) // the tick answers the paced notices too
+		s.answerNoticed()
 		for _, c := range s.order {
 			if c.want && c.held == nil && c.attempt == 0 {
 				c.queue()
@@ -372,6 +374,7 @@ func (s *Session) pumpAcquire() {
 	var names []string
 	s.seq++
 	attempt := s.seq
+	s.lastAcquire = attempt
 	for _, c := range s.order {
 		if !c.queued {
 			continue
@@ -472,7 +475,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r d
 			}
 		}
 	}
-	quarantined := s.quarantine(inc, r.Quarantine)
+	quarantined := s.quarantine(inc, r.Quarantine, attempt == s.lastAcquire)
 	for _, res := range r.Results {
 		n, asked := answers[res.Name]
 		if !asked {
@@ -587,24 +590,71 @@ func (s *Session) notice(n Notice) {
 			}
 		}
 	} else if c := s.claims[n.Name]; c != nil && c.want && c.held == nil {
-		c.queue()
+		if c.paced {
+			s.pacedNotice(c)
+		} else {
+			c.queue()
+		}
 	}
 	s.pumpAcquire()
 	s.mu.Unlock()
 	s.drain()
 }
 
+// pacedNotice answers a paced claim's notice at once if no paced notice
+// was answered in the last RetryDelay(0) (the shortest candidate tick),
+// and otherwise at the end of that window, with every paced notice that
+// arrived in it, in one Acquire: a stream of notices (a rebalance's
+// releases, each when its old owner's task returns) costs one call per
+// window instead of one per notice, and a lone notice waits for nothing.
+// A candidate tick answers the waiting ones too. Lock held.
+func (s *Session) pacedNotice(c *claim) {
+	now := s.env.Now()
+	if !now.Before(s.noticeUntil) {
+		s.noticeUntil = now.Add(s.cfg.RetryDelay(0))
+		c.queue()
+		return
+	}
+	if !c.noticed {
+		c.noticed = true
+		s.noticed = append(s.noticed, c)
+	}
+	if s.noticeT.stop == nil {
+		s.after(&s.noticeT, s.noticeUntil.Sub(now), func() {
+			s.noticeUntil = s.env.Now().Add(s.cfg.RetryDelay(0))
+			s.answerNoticed()
+			s.pumpAcquire()
+		})
+	}
+}
+
+// answerNoticed queues the claims whose paced notice waits. Lock held.
+func (s *Session) answerNoticed() {
+	for _, c := range s.noticed {
+		c.noticed = false
+		if c.want && c.held == nil && !c.dropped {
+			c.queue()
+		}
+	}
+	s.noticed = nil
+}
+
 // quarantine notes the quarantine an Acquire reply announced and returns
 // the error refused names carry, or nil when the reply announced none. The
 // event is published when a quarantine begins, not for every refused tick.
-// A quarantine never lengthens a term: it only refuses grants.
-func (s *Session) quarantine(inc *incarnation, d time.Duration) error {
+// Only the reply of the latest Acquire sent (latest) moves that state: a
+// late reply of an abandoned one is old news, which must neither end the
+// quarantine current replies announce nor start one. A quarantine never
+// lengthens a term: it only refuses grants.
+func (s *Session) quarantine(inc *incarnation, d time.Duration, latest bool) error {
 	if d <= 0 {
-		s.quarantined = false
+		if latest {
+			s.quarantined = false
+		}
 		return nil
 	}
 	err := fmt.Errorf("%w: no lease for %v more", ErrQuarantined, d)
-	if !s.quarantined {
+	if latest && !s.quarantined {
 		s.quarantined = true
 		s.emit(Event{Kind: BackendQuarantined, Session: inc.id, Remaining: d, Err: err})
 	}

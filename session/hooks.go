@@ -30,6 +30,7 @@ func (h hooks) Claim(name string, ch layer.ClaimHandler) (layer.Claim, error) {
 }
 
 func (h hooks) Do(f func())                           { h.s.do(f) }
+func (h hooks) DoWait(ctx context.Context, f func())  { h.s.doWait(ctx, f) }
 func (h hooks) Defer(f func())                        { h.s.deferFn(f) }
 func (h hooks) Go(owner any, f func())                { h.s.goOwn(owner, f) }
 func (h hooks) Hold() func()                          { return h.s.hold() }

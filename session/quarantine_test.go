@@ -1,8 +1,10 @@
 package session_test
 
 import (
+	"context"
 	"errors"
 	"math"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -191,4 +193,49 @@ func claimOn(t *testing.T, s *session.Session, name string) *recorder {
 	layer.MustOf(s).Do(func() { c.Want(true) })
 	synctest.Wait()
 	return r
+}
+
+// lateFirstAcquire makes the first Acquire take effect, then loses the
+// backend's data, and answers only after the engine's call timeout: a late
+// reply from before the loss, announcing no quarantine, that arrives while
+// the quarantine is on.
+type lateFirstAcquire struct {
+	*memory.Backend
+	mu    sync.Mutex
+	calls int
+}
+
+func (l *lateFirstAcquire) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
+	l.mu.Lock()
+	l.calls++
+	first := l.calls == 1
+	l.mu.Unlock()
+	if !first {
+		return l.Backend.Acquire(ctx, req)
+	}
+	r, err := l.Backend.Acquire(context.Background(), req)
+	l.LoseData(false)
+	<-time.After(7 * time.Second) // past the call timeout (the renewal period)
+	return r, err
+}
+
+// A late reply of an abandoned attempt is old news: it neither ends the
+// quarantine the current replies announce (which would publish a second
+// BackendQuarantined for the same quarantine) nor starts one.
+func TestLateReplyDoesNotRestartTheQuarantineEvent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lease := deadline.DefaultLeaseDuration
+		b, _ := memory.New(memory.WithMaxLease(lease))
+		l := &lateFirstAcquire{Backend: b}
+		ev := &events{}
+		s := openListened(t, l, ev)
+		r := claimOn(t, s, "a")
+		advance(3 * lease)
+		if got := ev.count(session.BackendQuarantined); got != 1 {
+			t.Fatalf("%d BackendQuarantined events for one quarantine, want 1", got)
+		}
+		if ts := r.terms(); len(ts) != 1 || !ts[0].Valid() {
+			t.Fatalf("terms %v after the quarantine, want one valid", ts)
+		}
+	})
 }

@@ -50,6 +50,7 @@ type Session struct {
 	root      context.Context
 	cancel    context.CancelFunc
 	inside    goroutines // goroutines running user callbacks and tasks (for calls without a context)
+	callsHere bool       // the Env runs backend calls as plain goroutines, so doWait may run one itself
 	wg        sync.WaitGroup
 	ready     chan struct{} // closed when the first backend session is open
 	closed    chan struct{}
@@ -66,19 +67,25 @@ type Session struct {
 	tokens      map[string]uint64 // highest token of any term made per name: a later term's must exceed it
 	order       []*claim          // claims in registration order, for deterministic batches
 	openFails   int
-	quarantined bool // the last Acquire reply announced a quarantine (BackendQuarantined published)
+	quarantined bool   // the latest Acquire's reply announced a quarantine (BackendQuarantined published)
+	lastAcquire uint64 // the attempt of the latest Acquire sent
 	acquiring   bool
 	holdPump    bool // WantAll is queueing claims: one Acquire when it is done
 	releasing   bool
 	releaseQ    []pendingRelease
 	candidate   timer
-	openRetry   timer // the next Open after a failed one
+	noticeUntil time.Time // paced notices until then wait for noticeT (Session.notice)
+	noticeT     timer     // answers the paced notices of the window
+	noticed     []*claim  // paced claims whose notice waits for noticeT
+	openRetry   timer     // the next Open after a failed one
 	effects     []func()
 	draining    bool
 	queued      uint64     // effects deferred so far
 	delivered   uint64     // effects run so far: the delivery loop's progress
 	progress    *sync.Cond // on mu: delivered moved
 	unsub       func()
+	here        bool      // doWait is running f: the first backend call f makes may run on its caller's goroutine
+	hereCall    *inflight // that call, run by doWait once the lock is released
 
 	watchMu  sync.Mutex
 	watchers map[*func(Notice)]struct{} // see WatchNotices
@@ -168,6 +175,7 @@ func New(b Backend, opts ...Option) (*Session, error) {
 		claims:    make(map[string]*claim),
 		tokens:    make(map[string]uint64),
 	}
+	_, s.callsHere = o.env.(*systemEnv)
 	layer.Bind(&s.link, hooks{s})
 	s.since = s.env.Now()
 	s.renewEvery = s.cfg.RenewInterval
@@ -271,6 +279,7 @@ func (s *Session) Close() error {
 	inc := s.inc
 	s.stopTimer(&s.candidate)
 	s.stopTimer(&s.openRetry)
+	s.stopTimer(&s.noticeT)
 	for _, c := range s.order {
 		c.want = false
 		c.attempt = 0
@@ -380,6 +389,36 @@ func (s *Session) do(f func()) {
 	s.mu.Lock()
 	f()
 	s.mu.Unlock()
+	s.drain()
+}
+
+// doWait is do for a caller that waits for what f starts (a lock's first
+// attempt, the release of a Close): the first backend call f makes runs on
+// the caller's goroutine once the lock is released, reply included, instead
+// of on a goroutine of its own. That saves two goroutine hops (and a fresh
+// goroutine's stack growth) on the path a lock-heavy service pays twice per
+// lock. Only under the system Env, whose Call is a bare goroutine: a
+// simulated Env keeps every call, to delay, drop or reorder it. ctx bounds
+// the caller's wait: when it ends first, the call is given up as if its
+// timeout had come (a late win is released). Calls f makes after the first
+// one, and calls its reply makes, go to goroutines as usual, so a caller
+// never runs another caller's batch.
+func (s *Session) doWait(ctx context.Context, f func()) {
+	s.mu.Lock()
+	s.here = s.callsHere
+	f()
+	s.here = false
+	c := s.hereCall
+	s.hereCall = nil
+	s.mu.Unlock()
+	if c != nil {
+		if ctx.Done() != nil {
+			stop := context.AfterFunc(ctx, c.abandon)
+			defer stop()
+		}
+		c.run()
+		c.replied()
+	}
 	s.drain()
 }
 
@@ -546,6 +585,10 @@ func (s *Session) callIn(parent context.Context, op func(ctx context.Context), r
 	c.ctx, c.cancel = context.WithCancel(parent)
 	s.after(&c.t, s.renewEvery, c.timeout)
 	s.wg.Add(1)
+	if s.here && s.hereCall == nil {
+		s.hereCall = c // doWait runs it when f is done
+		return
+	}
 	s.env.Call(c.run, c.replied)
 }
 
@@ -571,6 +614,19 @@ func (c *inflight) timeout() {
 		c.cancel()
 		c.reply(true)
 	}
+}
+
+// abandon gives the call up as if its timeout had come: the caller that
+// runs it (doWait) stopped waiting.
+func (c *inflight) abandon() {
+	s := c.s
+	s.mu.Lock()
+	if !c.finished {
+		s.stopTimer(&c.t)
+		c.timeout()
+	}
+	s.mu.Unlock()
+	s.drain()
 }
 
 // replied runs once op has returned.

@@ -31,7 +31,7 @@ func TestSchemaValidatesPrefix(t *testing.T) {
 		t.Error("Schema accepted an invalid prefix")
 	}
 	s, err := mysqlsimba.Schema("app")
-	if err != nil || len(s) != 11 || !strings.Contains(s[0], "app_sessions") {
+	if err != nil || len(s) != 19 || !strings.Contains(s[0], "app_sessions") || !strings.Contains(s[18], "app_epoch") {
 		t.Errorf("Schema(app) = %d statements, %v", len(s), err)
 	}
 }
@@ -93,5 +93,5 @@ func ExampleMigration() {
 		return
 	}
 	fmt.Println(len(stmts), strings.HasPrefix(stmts[0], "ALTER TABLE myapp_sessions"))
-	// Output: 4 true
+	// Output: 11 true
 }

@@ -72,12 +72,12 @@ func newBackend(t testing.TB, db *sql.DB, prefix string) *mysqlsimba.Backend {
 func dropSchema(t testing.TB, db *sql.DB, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, s := range []string{"open_v1", "open_v2", "renew_v1", "acquire_v1", "release_v1", "close_v1"} {
+	for _, s := range []string{"open_v1", "open_v2", "open_v3", "renew_v1", "renew_v2", "acquire_v1", "acquire_v2", "release_v1", "release_v2", "close_v1", "close_v2"} {
 		if _, err := db.ExecContext(ctx, "DROP PROCEDURE IF EXISTS "+prefix+"_"+s); err != nil {
 			t.Errorf("drop %s_%s: %v", prefix, s, err)
 		}
 	}
-	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+prefix+"_sessions, "+prefix+"_leases, "+prefix+"_schema"); err != nil {
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+prefix+"_sessions, "+prefix+"_leases, "+prefix+"_schema, "+prefix+"_epoch"); err != nil {
 		t.Errorf("drop tables %s: %v", prefix, err)
 	}
 }
@@ -101,6 +101,19 @@ func harness(t *testing.T) sqltest.Harness {
 			return newBackend(t, cdb, "")
 		},
 		Drop: func(t testing.TB, prefix string) { dropSchema(t, db, prefix) },
+		// go-sql-driver/mysql never tells the server about a call whose
+		// context ended: it closes the connection, and the server goes on
+		// with the statement. So any client is a cut-off one.
+		NewCutOff: func(t *testing.T, prefix string) driver.Backend { return newBackend(t, newDB(t, d, nil), prefix) },
+		Busy: func(t *testing.T, prefix string) int {
+			var n int
+			err := db.QueryRowContext(ctxT(t), `SELECT COUNT(*) FROM information_schema.PROCESSLIST
+				WHERE ID <> CONNECTION_ID() AND COMMAND <> 'Sleep' AND LOCATE(?, INFO) > 0`, prefix+"_").Scan(&n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		},
 		LockSession: func(t *testing.T, prefix string, id driver.ID) func() {
 			tx, err := db.BeginTx(ctxT(t), nil)
 			if err != nil {

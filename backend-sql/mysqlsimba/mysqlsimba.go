@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -23,6 +24,7 @@ type Option func(*config)
 type config struct {
 	prefix       string
 	createSchema bool
+	maxLease     time.Duration
 }
 
 // WithNamespace sets the namespace (default [sqlbackend.DefaultPrefix]),
@@ -35,6 +37,15 @@ func WithNamespace(ns string) Option { return func(c *config) { c.prefix = ns } 
 //
 // Deprecated: use [WithNamespace], the option's name on every backend.
 func WithPrefix(prefix string) Option { return WithNamespace(prefix) }
+
+// WithMaxLease caps the lease of every session (default 30s): a session
+// asking for more is granted this much. It is also the length of the
+// quarantine after the namespace's tables lost their rows (ADR 0130): no
+// lease is granted until one maximum lease after the loss was noticed, so
+// no term granted before it is still believed in. Every process of a
+// namespace must use the same cap (or a smaller one), including processes
+// of older versions, whose sessions are not capped.
+func WithMaxLease(d time.Duration) Option { return func(c *config) { c.maxLease = d } }
 
 // WithoutSchemaCreation makes [New] assume the tables and procedures exist
 // (created from [Schema] by a migration tool) instead of creating them.
@@ -76,9 +87,12 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Backend, error) {
 	if db == nil {
 		return nil, errors.New("mysqlsimba: nil db")
 	}
-	c := config{prefix: sqlbackend.DefaultPrefix, createSchema: true}
+	c := config{prefix: sqlbackend.DefaultPrefix, createSchema: true, maxLease: core.DefaultMaxLease}
 	for _, o := range opts {
 		o(&c)
+	}
+	if err := core.CheckMaxLease("mysqlsimba", c.maxLease); err != nil {
+		return nil, err
 	}
 	if err := sqlbackend.ValidatePrefix(c.prefix); err != nil {
 		return nil, fmt.Errorf("mysqlsimba: %w", err)
@@ -88,7 +102,7 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("mysqlsimba: %w", err)
 	}
 	b := &Backend{db: db, prefix: c.prefix, createSchema: c.createSchema, q: q}
-	b.core = core.Backend{Store: store{b}, Label: "mysqlsimba", Retryable: deadlocked, Ready: b.ready}
+	b.core = core.Backend{Store: store{b}, Label: "mysqlsimba", Retryable: deadlocked, Ready: b.ready, MaxLease: c.maxLease}
 	if c.createSchema {
 		if err := b.installSchema(ctx); err != nil {
 			return nil, err
@@ -135,11 +149,11 @@ func newQueries(prefix string) (queries, error) {
 		dst  *string
 		text string
 	}{
-		{&q.open, "CALL {p}_open_v2(?, ?, ?)"},
-		{&q.renew, "CALL {p}_renew_v1(?, ?)"},
-		{&q.acquire, "CALL {p}_acquire_v1(?, ?)"},
-		{&q.release, "CALL {p}_release_v1(?, ?, ?)"},
-		{&q.closeID, "CALL {p}_close_v1(?)"},
+		{&q.open, "CALL {p}_open_v3(?, ?, ?, ?)"},
+		{&q.renew, "CALL {p}_renew_v2(?, ?, ?)"},
+		{&q.acquire, "CALL {p}_acquire_v2(?, ?, ?, ?)"},
+		{&q.release, "CALL {p}_release_v2(?, ?, ?, ?)"},
+		{&q.closeID, "CALL {p}_close_v2(?, ?)"},
 		{&q.inspect, inspectSQL},
 		{&q.version, "SELECT version, compatible_from FROM {p}_schema WHERE id = 1"},
 	} {
@@ -160,20 +174,31 @@ func Schema(prefix string) ([]string, error) { return Migration(prefix, 0) }
 // Migration returns the SQL statements that bring the namespace named by
 // prefix from schema version from (0: nothing installed; 1: the first
 // releases, which recorded no version) to the version this code needs.
-// Run them one by one, in order; the version is recorded by the last.
-// Processes still running the older code keep working on the upgraded
-// schema; the backend refuses to run on an older one, naming this function.
+// Run them one by one, in order; the version is recorded by the last of
+// each step. Processes still running the older code keep working on the
+// upgraded schema; the backend refuses to run on an older one, naming this
+// function.
+//
+// From 0 it creates a new namespace, ready at once. From an older version
+// the first acquisition afterwards starts one quarantine of a maximum
+// lease (no lease granted meanwhile, held leases are kept): the tables it
+// upgrades may have just been restored from an old backup, and the
+// quarantine is what keeps two holders apart then (ADR 0130).
 func Migration(prefix string, from int) ([]string, error) {
 	if from < 0 || from > core.SchemaVersion {
 		return nil, fmt.Errorf("mysqlsimba: no migration from schema version %d (this code has version %d)", from, core.SchemaVersion)
 	}
 	var src []string
-	if from == 0 {
+	create := from == 0
+	if create {
 		src = append(src, schema...)
 		from = 1
 	}
 	for v := from; v < core.SchemaVersion; v++ {
 		src = append(src, migrations[v]...)
+	}
+	if create {
+		src = append(src, initEpoch)
 	}
 	return expandAll(src, prefix)
 }
@@ -375,9 +400,9 @@ func (s *statements) closeAll() {
 // store is the MySQL [core.Store]: one procedure call per method.
 type store struct{ b *Backend }
 
-func (s store) Open(ctx context.Context, id string, leaseUS int64, owner string) (int64, error) {
+func (s store) Open(ctx context.Context, id string, leaseUS int64, owner string, waitMS int64) (int64, error) {
 	var rem int64
-	err := s.b.stmts.open.QueryRowContext(ctx, id, leaseUS, owner).Scan(&rem)
+	err := s.b.stmts.open.QueryRowContext(ctx, id, leaseUS, owner, waitMS).Scan(&rem)
 	return rem, err
 }
 
@@ -422,8 +447,8 @@ func (s store) inspect(ctx context.Context, query string, args ...any) ([]core.H
 	return out, rows.Err()
 }
 
-func (s store) Renew(ctx context.Context, id string, known uint64) (core.RenewResult, bool, error) {
-	rows, err := s.b.stmts.renew.QueryContext(ctx, id, int64(known))
+func (s store) Renew(ctx context.Context, id string, known uint64, waitMS int64) (core.RenewResult, bool, error) {
+	rows, err := s.b.stmts.renew.QueryContext(ctx, id, int64(known), waitMS)
 	if err != nil {
 		return core.RenewResult{}, false, err
 	}
@@ -452,29 +477,39 @@ func (s store) Renew(ctx context.Context, id string, known uint64) (core.RenewRe
 	return r, header, nil
 }
 
-func (s store) Acquire(ctx context.Context, id string, names []string) ([]uint64, bool, error) {
+// Acquire reads acquire_v2's one value: the tokens, comma-separated in
+// the order of names, or "q" and the microseconds left while the
+// namespace is quarantined; no row when the session has expired.
+func (s store) Acquire(ctx context.Context, id string, names []string, quarantineUS, waitMS int64) (core.AcquireResult, bool, error) {
 	var out string
-	err := s.b.stmts.acquire.QueryRowContext(ctx, id, strings.Join(names, ",")).Scan(&out)
+	err := s.b.stmts.acquire.QueryRowContext(ctx, id, strings.Join(names, ","), quarantineUS, waitMS).Scan(&out)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, false, nil
+		return core.AcquireResult{}, false, nil
 	}
 	if err != nil {
-		return nil, false, err
+		return core.AcquireResult{}, false, err
+	}
+	if q, ok := strings.CutPrefix(out, "q"); ok {
+		us, err := strconv.ParseInt(q, 10, 64)
+		if err != nil || us <= 0 {
+			return core.AcquireResult{}, false, fmt.Errorf("%w: quarantine %q", core.ErrBadReply, out)
+		}
+		return core.AcquireResult{QuarantineUS: us}, true, nil
 	}
 	parts := strings.Split(out, ",")
 	if len(parts) != len(names) {
-		return nil, false, fmt.Errorf("%w: %d tokens for %d names", core.ErrBadReply, len(parts), len(names))
+		return core.AcquireResult{}, false, fmt.Errorf("%w: %d tokens for %d names", core.ErrBadReply, len(parts), len(names))
 	}
 	tokens := make([]uint64, len(parts))
 	for i, p := range parts {
 		if tokens[i], err = strconv.ParseUint(p, 10, 64); err != nil {
-			return nil, false, fmt.Errorf("%w: token %q: %v", core.ErrBadReply, p, err)
+			return core.AcquireResult{}, false, fmt.Errorf("%w: token %q: %v", core.ErrBadReply, p, err)
 		}
 	}
-	return tokens, true, nil
+	return core.AcquireResult{Tokens: tokens}, true, nil
 }
 
-func (s store) Release(ctx context.Context, id string, leases []driver.Lease) error {
+func (s store) Release(ctx context.Context, id string, leases []driver.Lease, waitMS int64) error {
 	var names, tokens strings.Builder
 	for i, l := range leases {
 		if i > 0 {
@@ -484,12 +519,12 @@ func (s store) Release(ctx context.Context, id string, leases []driver.Lease) er
 		names.WriteString(l.Name)
 		tokens.WriteString(strconv.FormatUint(l.Token, 10))
 	}
-	_, err := s.b.stmts.release.ExecContext(ctx, id, names.String(), tokens.String())
+	_, err := s.b.stmts.release.ExecContext(ctx, id, names.String(), tokens.String(), waitMS)
 	return err
 }
 
-func (s store) Close(ctx context.Context, id string) error {
-	_, err := s.b.stmts.closeID.ExecContext(ctx, id)
+func (s store) Close(ctx context.Context, id string, waitMS int64) error {
+	_, err := s.b.stmts.closeID.ExecContext(ctx, id, waitMS)
 	return err
 }
 

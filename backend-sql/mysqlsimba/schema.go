@@ -260,4 +260,251 @@ CREATE TABLE IF NOT EXISTS {p}_schema (
 ) ENGINE=InnoDB`, `
 INSERT INTO {p}_schema (id, version, compatible_from) VALUES (1, 2, 1)
 ON DUPLICATE KEY UPDATE version = VALUES(version), compatible_from = VALUES(compatible_from)`},
+	// 3 (ADR 0130, ADR 0135): the namespace's epoch row, which the
+	// acquire procedure checks in the transaction that grants, and whose
+	// absence (the tables emptied, a restore from a backup without it)
+	// starts a quarantine of one maximum lease; and every procedure bounds
+	// its lock waits (innodb_lock_wait_timeout, whole seconds, set for the
+	// call and restored before it returns). The _v1 procedures stay for
+	// processes not yet upgraded; they neither check the epoch nor bound
+	// their waits.
+	//
+	// The migration creates the epoch table empty: tables that already
+	// existed may have just been restored from an old backup, so the first
+	// acquire after it quarantines (once, for one maximum lease). Only the
+	// creation of a new namespace (Migration from 0) writes the row.
+	//
+	// Lock waits: innodb_lock_wait_timeout counts whole seconds, so the
+	// caller's bound in milliseconds is rounded down (at or below the
+	// caller's deadline, hence at or below the engine's renewal period),
+	// but to no less than 1 s (0 would refuse every wait, also the short
+	// one for a renewal in flight). The connection's own value is saved
+	// and restored, also on error: the pool is the user's.
+	2: {`
+CREATE TABLE IF NOT EXISTS {p}_epoch (
+    id               INT NOT NULL PRIMARY KEY,
+    quarantine_until DATETIME(6) NOT NULL
+) ENGINE=InnoDB`, `
+CREATE PROCEDURE IF NOT EXISTS {p}_open_v3(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_lease_us BIGINT, IN p_owner TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, IN p_wait_ms BIGINT)
+BEGIN
+    DECLARE v_exp DATETIME(6);
+    DECLARE v_lwt BIGINT DEFAULT 50;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SET SESSION innodb_lock_wait_timeout = v_lwt; RESIGNAL; END;
+    SET v_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = GREATEST(1, p_wait_ms DIV 1000);
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    DELETE FROM {p}_sessions WHERE expires_at < UTC_TIMESTAMP(6) LIMIT 100;
+    SET v_exp = UTC_TIMESTAMP(6) + INTERVAL p_lease_us MICROSECOND;
+    INSERT INTO {p}_sessions (id, expires_at, lease_us, version, owner) VALUES (p_id, v_exp, p_lease_us, 1, NULLIF(p_owner, ''));
+    SET SESSION innodb_lock_wait_timeout = v_lwt;
+    SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), v_exp) AS remaining_us;
+END`, `
+CREATE PROCEDURE IF NOT EXISTS {p}_renew_v2(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_known BIGINT, IN p_wait_ms BIGINT)
+BEGIN
+    DECLARE v_exp DATETIME(6) DEFAULT NULL;
+    DECLARE v_lease BIGINT;
+    DECLARE v_ver BIGINT;
+    DECLARE v_lwt BIGINT DEFAULT 50;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET SESSION innodb_lock_wait_timeout = v_lwt; RESIGNAL; END;
+    SET v_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = GREATEST(1, p_wait_ms DIV 1000);
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    -- Lock, then read the clock (see renew_v1).
+    SELECT expires_at, lease_us, version INTO v_exp, v_lease, v_ver
+      FROM {p}_sessions WHERE id = p_id FOR UPDATE;
+    IF v_exp IS NULL OR v_exp <= UTC_TIMESTAMP(6) THEN
+        COMMIT;
+        SET SESSION innodb_lock_wait_timeout = v_lwt;
+        SELECT NULL AS remaining_us, NULL AS version, NULL AS name, NULL AS token FROM DUAL WHERE FALSE;
+    ELSE
+        SET v_exp = UTC_TIMESTAMP(6) + INTERVAL v_lease MICROSECOND;
+        UPDATE {p}_sessions SET expires_at = v_exp WHERE id = p_id;
+        IF v_ver = p_known THEN
+            SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), v_exp) AS remaining_us,
+                   v_ver AS version, NULL AS name, NULL AS token;
+        ELSE
+            SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), v_exp) AS remaining_us,
+                   v_ver AS version, NULL AS name, NULL AS token
+            UNION ALL
+            SELECT NULL, NULL, l.name, l.token FROM {p}_leases l WHERE l.session_id = p_id AND l.held = 1;
+        END IF;
+        COMMIT;
+        SET SESSION innodb_lock_wait_timeout = v_lwt;
+    END IF;
+END`, `
+CREATE PROCEDURE IF NOT EXISTS {p}_acquire_v2(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_names LONGTEXT CHARACTER SET ascii COLLATE ascii_bin, IN p_quarantine_us BIGINT, IN p_wait_ms BIGINT)
+BEGIN
+    DECLARE v_pos BIGINT DEFAULT 1;
+    DECLARE v_end BIGINT;
+    DECLARE v_name VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin;
+    DECLARE v_owner CHAR(32) CHARACTER SET ascii COLLATE ascii_bin;
+    DECLARE v_token BIGINT;
+    DECLARE v_alive INT;
+    DECLARE v_won INT DEFAULT 0;
+    DECLARE v_new INT;
+    DECLARE v_held INT;
+    DECLARE v_q BIGINT DEFAULT 0;
+    DECLARE v_lwt BIGINT DEFAULT 50;
+    DECLARE v_out LONGTEXT CHARACTER SET ascii COLLATE ascii_bin DEFAULT '';
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET SESSION innodb_lock_wait_timeout = v_lwt; RESIGNAL; END;
+    SET v_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = GREATEST(1, p_wait_ms DIV 1000);
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    -- As acquire_v1 (see its comments), and the statement at the end
+    -- that checks the session also checks the namespace's epoch row
+    -- (ADR 0130): nothing this transaction granted commits unless the row
+    -- exists and its quarantine has passed. That costs no statement on
+    -- the usual path; the rare other one is sorted out after a rollback.
+    WHILE v_pos <= CHAR_LENGTH(p_names) DO
+        SET v_end = LOCATE(',', p_names, v_pos);
+        IF v_end = 0 THEN
+            SET v_end = CHAR_LENGTH(p_names) + 1;
+        END IF;
+        SET v_name = SUBSTRING(p_names, v_pos, v_end - v_pos);
+        SET v_pos = v_end + 1;
+        SET v_owner = NULL, v_token = NULL, v_held = 0, v_new = 0;
+        UPDATE {p}_leases SET session_id = p_id, held = 1,
+               token = LAST_INSERT_ID(GREATEST(token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))))
+         WHERE name = v_name AND held = 0;
+        IF ROW_COUNT() = 1 THEN
+            SET v_token = LAST_INSERT_ID(), v_new = 1, v_won = 1;
+        ELSE
+            SELECT session_id, token, held INTO v_owner, v_token, v_held FROM {p}_leases WHERE name = v_name FOR UPDATE;
+        END IF;
+        IF v_new = 0 AND v_token IS NULL THEN
+            INSERT INTO {p}_leases (name, session_id, token, held)
+            VALUES (v_name, p_id, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)), 1)
+            ON DUPLICATE KEY UPDATE token = token;
+            SELECT session_id, token, held INTO v_owner, v_token, v_held FROM {p}_leases WHERE name = v_name FOR UPDATE;
+            IF v_owner = p_id AND v_held = 1 THEN
+                SET v_new = 1, v_won = 1;
+            END IF;
+        END IF;
+        IF v_new = 0 AND NOT (v_held = 1 AND v_owner <=> p_id) THEN
+            SET v_alive = 0;
+            IF v_held = 1 THEN
+                SELECT COUNT(*) INTO v_alive FROM {p}_sessions
+                 WHERE id = v_owner AND expires_at > UTC_TIMESTAMP(6);
+                IF v_alive = 0 THEN
+                    SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = v_owner LOCK IN SHARE MODE;
+                    SELECT COUNT(*) INTO v_alive FROM {p}_sessions
+                     WHERE id = v_owner AND expires_at > UTC_TIMESTAMP(6);
+                END IF;
+            END IF;
+            IF v_alive = 0 THEN
+                SET v_token = GREATEST(v_token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)));
+                UPDATE {p}_leases SET session_id = p_id, held = 1, token = v_token WHERE name = v_name;
+                SET v_won = 1;
+            ELSE
+                SET v_token = 0;
+            END IF;
+        END IF;
+        SET v_out = CONCAT(v_out, IF(v_out = '', '', ','), v_token);
+    END WHILE;
+    IF v_won = 1 THEN
+        UPDATE {p}_sessions SET version = version + 1
+         WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6)
+           AND EXISTS (SELECT 1 FROM {p}_epoch e WHERE e.id = 1 AND e.quarantine_until <= UTC_TIMESTAMP(6));
+        SET v_alive = ROW_COUNT();
+    ELSE
+        SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6)
+           AND EXISTS (SELECT 1 FROM {p}_epoch e WHERE e.id = 1 AND e.quarantine_until <= UTC_TIMESTAMP(6));
+    END IF;
+    IF v_alive = 0 THEN
+        -- The session expired, or the namespace is quarantined, or its
+        -- epoch row is missing (its records were lost: a term granted
+        -- before lasted at most one maximum lease, so none is granted
+        -- until that long after now). Nothing of the above stays.
+        ROLLBACK;
+        START TRANSACTION;
+        SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6);
+        IF v_alive = 1 THEN
+            INSERT INTO {p}_epoch (id, quarantine_until)
+            VALUES (1, UTC_TIMESTAMP(6) + INTERVAL p_quarantine_us MICROSECOND)
+            ON DUPLICATE KEY UPDATE id = id;
+            SELECT GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), quarantine_until)) INTO v_q
+              FROM {p}_epoch WHERE id = 1;
+        END IF;
+        COMMIT;
+        SET SESSION innodb_lock_wait_timeout = v_lwt;
+        IF v_alive = 0 THEN
+            SELECT NULL AS tokens FROM DUAL WHERE FALSE;
+        ELSEIF v_q > 0 THEN
+            SELECT CONCAT('q', v_q) AS tokens;
+        ELSE
+            -- The quarantine ended between the two reads: nothing was
+            -- granted, a later attempt will be.
+            SELECT CONCAT('0', REPEAT(',0', CHAR_LENGTH(p_names) - CHAR_LENGTH(REPLACE(p_names, ',', '')))) AS tokens;
+        END IF;
+    ELSE
+        COMMIT;
+        SET SESSION innodb_lock_wait_timeout = v_lwt;
+        SELECT v_out AS tokens;
+    END IF;
+END`, `
+CREATE PROCEDURE IF NOT EXISTS {p}_release_v2(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_names LONGTEXT CHARACTER SET ascii COLLATE ascii_bin, IN p_tokens LONGTEXT CHARACTER SET ascii COLLATE ascii_bin, IN p_wait_ms BIGINT)
+BEGIN
+    DECLARE v_pos BIGINT DEFAULT 1;
+    DECLARE v_tpos BIGINT DEFAULT 1;
+    DECLARE v_end BIGINT;
+    DECLARE v_tend BIGINT;
+    DECLARE v_name VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin;
+    DECLARE v_token BIGINT;
+    DECLARE v_n INT DEFAULT 0;
+    DECLARE v_lwt BIGINT DEFAULT 50;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET SESSION innodb_lock_wait_timeout = v_lwt; RESIGNAL; END;
+    SET v_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = GREATEST(1, p_wait_ms DIV 1000);
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    IF p_names <> '' AND LOCATE(',', p_names) = 0 THEN
+        SET v_name = p_names, v_token = CAST(p_tokens AS SIGNED);
+        UPDATE {p}_leases SET held = 0
+         WHERE name = v_name AND token = v_token AND session_id = p_id AND held = 1;
+        SET v_n = ROW_COUNT();
+        SET v_pos = CHAR_LENGTH(p_names) + 1;
+    END IF;
+    WHILE v_pos <= CHAR_LENGTH(p_names) DO
+        SET v_end = LOCATE(',', p_names, v_pos);
+        IF v_end = 0 THEN
+            SET v_end = CHAR_LENGTH(p_names) + 1;
+        END IF;
+        SET v_tend = LOCATE(',', p_tokens, v_tpos);
+        IF v_tend = 0 THEN
+            SET v_tend = CHAR_LENGTH(p_tokens) + 1;
+        END IF;
+        SET v_name = SUBSTRING(p_names, v_pos, v_end - v_pos);
+        SET v_token = CAST(SUBSTRING(p_tokens, v_tpos, v_tend - v_tpos) AS SIGNED);
+        SET v_pos = v_end + 1, v_tpos = v_tend + 1;
+        UPDATE {p}_leases SET held = 0
+         WHERE name = v_name AND token = v_token AND session_id = p_id AND held = 1;
+        SET v_n = v_n + ROW_COUNT();
+    END WHILE;
+    IF v_n > 0 THEN
+        UPDATE {p}_sessions SET version = version + 1 WHERE id = p_id;
+    END IF;
+    COMMIT;
+    SET SESSION innodb_lock_wait_timeout = v_lwt;
+END`, `
+CREATE PROCEDURE IF NOT EXISTS {p}_close_v2(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_wait_ms BIGINT)
+BEGIN
+    DECLARE v_lwt BIGINT DEFAULT 50;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET SESSION innodb_lock_wait_timeout = v_lwt; RESIGNAL; END;
+    SET v_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = GREATEST(1, p_wait_ms DIV 1000);
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    UPDATE {p}_leases SET held = 0 WHERE session_id = p_id AND held = 1 ORDER BY name;
+    DELETE FROM {p}_sessions WHERE id = p_id;
+    COMMIT;
+    SET SESSION innodb_lock_wait_timeout = v_lwt;
+END`, `
+UPDATE {p}_schema SET version = 3, compatible_from = 1 WHERE id = 1`},
 }
+
+// initEpoch ends the creation of a new namespace (Migration from 0): tables
+// that did not exist held no leases, so the new namespace starts with no
+// quarantine (ADR 0130). Never part of a migration of existing tables,
+// which may have been restored from a backup. MySQL's DDL is not
+// transactional: if the creation stops before this statement, the row is
+// missing and the first acquire quarantines, the safe side.
+var initEpoch = `
+INSERT INTO {p}_epoch (id, quarantine_until) VALUES (1, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE id = id`

@@ -2,7 +2,9 @@ package mysqlsimba_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/mysqlsimba"
@@ -14,7 +16,7 @@ func TestSchemaVersions(t *testing.T) {
 	sqltest.RunSchema(t, sqltest.Schema{
 		Label: "mysqlsimba",
 		New: func(t *testing.T, prefix string, create bool) (driver.Backend, error) {
-			opts := []mysqlsimba.Option{mysqlsimba.WithNamespace(prefix)}
+			opts := []mysqlsimba.Option{mysqlsimba.WithNamespace(prefix), mysqlsimba.WithMaxLease(time.Second)}
 			if !create {
 				opts = append(opts, mysqlsimba.WithoutSchemaCreation())
 			}
@@ -25,14 +27,14 @@ func TestSchemaVersions(t *testing.T) {
 			t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
 			return b, nil
 		},
-		InstallFirst: func(t *testing.T, prefix string) {
-			stmts, err := mysqlsimba.FirstSchema(prefix)
+		Install: func(t *testing.T, prefix string, v int) {
+			stmts, err := mysqlsimba.SchemaAt(prefix, v)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, s := range stmts {
 				if _, err := db.ExecContext(ctxT(t), s); err != nil {
-					t.Fatalf("installing the first schema: %v", err)
+					t.Fatalf("installing schema version %d: %v", v, err)
 				}
 			}
 		},
@@ -41,11 +43,52 @@ func TestSchemaVersions(t *testing.T) {
 				t.Fatalf("open_v1: %v", err)
 			}
 		},
+		AcquireFirst: func(t *testing.T, prefix string, id driver.ID, name string) uint64 {
+			var out string
+			if err := db.QueryRowContext(ctxT(t), "CALL "+prefix+"_acquire_v1(?, ?)", string(id), name).Scan(&out); err != nil {
+				t.Fatalf("acquire_v1: %v", err)
+			}
+			tok, err := strconv.ParseUint(out, 10, 64)
+			if err != nil || tok == 0 {
+				t.Fatalf("acquire_v1 answered %q", out)
+			}
+			return tok
+		},
 		SetVersion: func(t *testing.T, prefix string, v, compat int) {
 			if _, err := db.ExecContext(ctxT(t), "UPDATE "+prefix+"_schema SET version = ?, compatible_from = ?", v, compat); err != nil {
 				t.Fatal(err)
 			}
 		},
 		Drop: func(t testing.TB, prefix string) { dropSchema(t, db, prefix) },
+	})
+}
+
+func TestDataLoss(t *testing.T) {
+	db := newDB(t, dsn(t), nil)
+	exec := func(t *testing.T, stmts ...string) {
+		for _, s := range stmts {
+			if _, err := db.ExecContext(ctxT(t), s); err != nil {
+				t.Fatalf("%s: %v", s, err)
+			}
+		}
+	}
+	sqltest.RunLoss(t, sqltest.Loss{
+		New: func(t *testing.T, prefix string, maxLease time.Duration) driver.Backend {
+			b, err := mysqlsimba.New(ctxT(t), db, mysqlsimba.WithNamespace(prefix), mysqlsimba.WithMaxLease(maxLease))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+			return b
+		},
+		Exec: exec,
+		Drop: func(t testing.TB, prefix string) { dropSchema(t, db, prefix) },
+		SkipQuarantine: func(t *testing.T, prefix string) {
+			stmts, err := mysqlsimba.AcquireWithoutQuarantine(prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			exec(t, stmts...)
+		},
 	})
 }

@@ -107,6 +107,6 @@ func ExampleMigration() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(strings.Contains(script, "myapp_open_v2"), strings.Contains(script, "myapp_schema"))
-	// Output: true true
+	fmt.Println(strings.Contains(script, "myapp_open_v2"), strings.Contains(script, "myapp_schema"), strings.Contains(script, "myapp_epoch"))
+	// Output: true true true
 }

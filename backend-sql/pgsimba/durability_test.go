@@ -14,7 +14,9 @@ import (
 // TestOnlyReleaseCommitsAsynchronously: the release routine sets
 // synchronous_commit = off for its own transaction only (ADR 0034); open,
 // renew, acquire and close commit with the connection's setting, and the
-// release leaves nothing behind on the pooled connection.
+// release leaves nothing behind on the pooled connection. Every routine
+// sets lock_timeout to the bound it was given, also for its own
+// transaction only (ADR 0135).
 func TestOnlyReleaseCommitsAsynchronously(t *testing.T) {
 	pool := newPool(t, pgURL(t), nil)
 	prefix := sqltest.FreshPrefix()
@@ -29,14 +31,17 @@ func TestOnlyReleaseCommitsAsynchronously(t *testing.T) {
 	defer conn.Release()
 	show := func(q pgx.Tx) string {
 		t.Helper()
-		var v string
-		if err := q.QueryRow(ctxT(t), "SHOW synchronous_commit").Scan(&v); err != nil {
+		var v, lt string
+		if err := q.QueryRow(ctxT(t), "SELECT current_setting('synchronous_commit'), current_setting('lock_timeout')").Scan(&v, &lt); err != nil {
 			t.Fatal(err)
+		}
+		if lt != "4321ms" {
+			t.Errorf("lock_timeout in the routine's transaction = %q, want 4321ms", lt)
 		}
 		return v
 	}
-	var before string
-	if err := conn.QueryRow(ctxT(t), "SHOW synchronous_commit").Scan(&before); err != nil {
+	var before, beforeLT string
+	if err := conn.QueryRow(ctxT(t), "SELECT current_setting('synchronous_commit'), current_setting('lock_timeout')").Scan(&before, &beforeLT); err != nil {
 		t.Fatal(err)
 	}
 	if before == "off" {
@@ -48,11 +53,11 @@ func TestOnlyReleaseCommitsAsynchronously(t *testing.T) {
 		args      []any
 		want      string
 	}{
-		{"open", "SELECT " + prefix + "_open_v1($1, $2)", []any{fmt.Sprintf("%032x", 7), int64(time.Minute / time.Microsecond)}, before},
-		{"renew", "SELECT * FROM " + prefix + "_renew_v1($1, $2)", []any{string(id), int64(0)}, before},
-		{"acquire", "SELECT * FROM " + prefix + "_acquire_v1($1, $2)", []any{string(id), []string{"dur2"}}, before},
-		{"release", "SELECT " + prefix + "_release_v1($1, $2, $3)", []any{string(id), []string{"dur"}, []int64{int64(tok)}}, "off"},
-		{"close", "SELECT " + prefix + "_close_v1($1)", []any{fmt.Sprintf("%032x", 7)}, before},
+		{"open", "SELECT " + prefix + "_open_v3($1, $2, '', 4321)", []any{fmt.Sprintf("%032x", 7), int64(time.Minute / time.Microsecond)}, before},
+		{"renew", "SELECT * FROM " + prefix + "_renew_v2($1, $2, 4321)", []any{string(id), int64(0)}, before},
+		{"acquire", "SELECT * FROM " + prefix + "_acquire_v2($1, $2, 1000000, 4321)", []any{string(id), []string{"dur2"}}, before},
+		{"release", "SELECT " + prefix + "_release_v2($1, $2, $3, 4321)", []any{string(id), []string{"dur"}, []int64{int64(tok)}}, "off"},
+		{"close", "SELECT " + prefix + "_close_v2($1, 4321)", []any{fmt.Sprintf("%032x", 7)}, before},
 	}
 	for _, c := range calls {
 		tx, err := conn.Begin(ctxT(t))
@@ -73,12 +78,12 @@ func TestOnlyReleaseCommitsAsynchronously(t *testing.T) {
 		if err := tx.Commit(ctxT(t)); err != nil {
 			t.Fatalf("%s: commit: %v", c.name, err)
 		}
-		var after string
-		if err := conn.QueryRow(ctxT(t), "SHOW synchronous_commit").Scan(&after); err != nil {
+		var after, afterLT string
+		if err := conn.QueryRow(ctxT(t), "SELECT current_setting('synchronous_commit'), current_setting('lock_timeout')").Scan(&after, &afterLT); err != nil {
 			t.Fatal(err)
 		}
-		if after != before {
-			t.Errorf("after %s committed: synchronous_commit = %q, want %q (the setting must not outlive the transaction)", c.name, after, before)
+		if after != before || afterLT != beforeLT {
+			t.Errorf("after %s committed: synchronous_commit = %q, lock_timeout = %q; want %q, %q (the settings must not outlive the transaction)", c.name, after, afterLT, before, beforeLT)
 		}
 	}
 	// The release above really happened: the name is free for another

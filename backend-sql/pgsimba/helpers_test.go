@@ -2,10 +2,15 @@ package pgsimba_test
 
 import (
 	"context"
+	"errors"
+	"net"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/goleak"
 
@@ -70,8 +75,9 @@ func dropSchema(t testing.TB, pool *pgxpool.Pool, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := pool.Exec(ctx, `
-DROP FUNCTION IF EXISTS `+prefix+`_open_v1, `+prefix+`_open_v2, `+prefix+`_renew_v1, `+prefix+`_acquire_v1, `+prefix+`_release_v1, `+prefix+`_close_v1;
-DROP TABLE IF EXISTS `+prefix+`_sessions, `+prefix+`_leases, `+prefix+`_schema;`)
+DROP FUNCTION IF EXISTS `+prefix+`_open_v1, `+prefix+`_open_v2, `+prefix+`_open_v3, `+prefix+`_renew_v1, `+prefix+`_renew_v2,
+    `+prefix+`_acquire_v1, `+prefix+`_acquire_v2, `+prefix+`_release_v1, `+prefix+`_release_v2, `+prefix+`_close_v1, `+prefix+`_close_v2;
+DROP TABLE IF EXISTS `+prefix+`_sessions, `+prefix+`_leases, `+prefix+`_schema, `+prefix+`_epoch;`)
 	if err != nil {
 		t.Errorf("drop schema %s: %v", prefix, err)
 	}
@@ -104,6 +110,45 @@ func harness(t *testing.T) sqltest.Harness {
 			return newBackend(t, newPool(t, url+"&pool_max_conns=1", w), "")
 		},
 		Drop: func(t testing.TB, prefix string) { dropSchema(t, pool, prefix) },
+		NewCutOff: func(t *testing.T, prefix string) driver.Backend {
+			cfg, err := pgxpool.ParseConfig(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// At a call's deadline the client closes its connection and
+			// its cancel request never arrives, as for a client cut off
+			// from the server: pgx sends no cancel from the deadline
+			// itself, and the one it sends when it closes the broken
+			// connection needs a second connection, which fails. (One
+			// pooled connection, so the second dial is that one.)
+			cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+				return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+			}
+			cfg.MaxConns = 1
+			var dials atomic.Int32
+			d := &net.Dialer{}
+			cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if dials.Add(1) == 2 {
+					return nil, errors.New("cut off: the cancel request does not reach the server")
+				}
+				return d.DialContext(ctx, network, addr)
+			}
+			p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.Close)
+			return newBackend(t, p, prefix)
+		},
+		Busy: func(t *testing.T, prefix string) int {
+			var n int
+			err := pool.QueryRow(ctxT(t), `SELECT count(*) FROM pg_stat_activity
+				WHERE state = 'active' AND pid <> pg_backend_pid() AND strpos(query, $1) > 0`, prefix+"_").Scan(&n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		},
 		LockSession: func(t *testing.T, prefix string, id driver.ID) func() {
 			tx, err := pool.Begin(ctxT(t))
 			if err != nil {

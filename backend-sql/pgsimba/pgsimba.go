@@ -27,6 +27,7 @@ type config struct {
 	createSchema bool
 	log          *slog.Logger
 	listenWait   time.Duration
+	maxLease     time.Duration
 }
 
 // WithLogger sets the logger of the release listener, which warns when
@@ -47,6 +48,15 @@ func WithNamespace(ns string) Option { return func(c *config) { c.prefix = ns } 
 //
 // Deprecated: use [WithNamespace], the option's name on every backend.
 func WithPrefix(prefix string) Option { return WithNamespace(prefix) }
+
+// WithMaxLease caps the lease of every session (default 30s): a session
+// asking for more is granted this much. It is also the length of the
+// quarantine after the namespace's tables lost their rows (ADR 0130): no
+// lease is granted until one maximum lease after the loss was noticed, so
+// no term granted before it is still believed in. Every process of a
+// namespace must use the same cap (or a smaller one), including processes
+// of older versions, whose sessions are not capped.
+func WithMaxLease(d time.Duration) Option { return func(c *config) { c.maxLease = d } }
 
 // WithoutSchemaCreation makes [New] assume the tables and routines exist
 // (created from [Schema] by a migration tool) instead of creating them.
@@ -85,9 +95,12 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Backend, err
 	if pool == nil {
 		return nil, errors.New("pgsimba: nil pool")
 	}
-	c := config{prefix: sqlbackend.DefaultPrefix, createSchema: true, log: slog.Default(), listenWait: 5 * time.Second}
+	c := config{prefix: sqlbackend.DefaultPrefix, createSchema: true, log: slog.Default(), listenWait: 5 * time.Second, maxLease: core.DefaultMaxLease}
 	for _, o := range opts {
 		o(&c)
+	}
+	if err := core.CheckMaxLease("pgsimba", c.maxLease); err != nil {
+		return nil, err
 	}
 	if c.log == nil || c.listenWait <= 0 {
 		return nil, fmt.Errorf("pgsimba: WithLogger(nil) or WithListenWait(%v): want a logger and a positive wait", c.listenWait)
@@ -97,7 +110,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Backend, err
 		return nil, fmt.Errorf("pgsimba: %w", err)
 	}
 	b := &Backend{pool: pool, prefix: c.prefix, q: q, log: c.log, listenWait: c.listenWait, subs: map[int]*subscriber{}}
-	b.core = core.Backend{Store: store{b}, Label: "pgsimba", Retryable: deadlocked}
+	b.core = core.Backend{Store: store{b}, Label: "pgsimba", Retryable: deadlocked, MaxLease: c.maxLease}
 	if c.createSchema {
 		if err := b.createSchema(ctx); err != nil {
 			return nil, err
@@ -137,17 +150,27 @@ func Schema(prefix string) (string, error) { return Migration(prefix, 0) }
 // script, in a transaction. Processes still running the older code keep
 // working on the upgraded schema; the backend refuses to start on an older
 // one, naming this function.
+//
+// From 0 it creates a new namespace, ready at once. From an older version
+// the first acquisition afterwards starts one quarantine of a maximum
+// lease (no lease granted meanwhile, held leases are kept): the tables it
+// upgrades may have just been restored from an old backup, and the
+// quarantine is what keeps two holders apart then (ADR 0130).
 func Migration(prefix string, from int) (string, error) {
 	if from < 0 || from > core.SchemaVersion {
 		return "", fmt.Errorf("pgsimba: no migration from schema version %d (this code has version %d)", from, core.SchemaVersion)
 	}
 	var sql strings.Builder
-	if from == 0 {
+	create := from == 0
+	if create {
 		sql.WriteString(schema)
 		from = 1
 	}
 	for v := from; v < core.SchemaVersion; v++ {
 		sql.WriteString(migrations[v])
+	}
+	if create {
+		sql.WriteString(initEpoch)
 	}
 	return core.Expand(sql.String(), prefix)
 }
@@ -290,15 +313,15 @@ func newQueries(prefix string) (queries, error) {
 		dst  *string
 		text string
 	}{
-		{&q.open, "SELECT {p}_open_v2($1, $2, $3)"},
+		{&q.open, "SELECT {p}_open_v3($1, $2, $3, $4)"},
 		{&q.version, "SELECT version, compatible_from FROM {p}_schema WHERE id = 1"},
 		{&q.inspectNames, inspectSQL + "l.name = ANY($1)"},
 		// A literal prefix: no LIKE, whose _ would be a wildcard.
 		{&q.inspectPrefix, inspectSQL + "left(l.name, length($1)) = $1"},
-		{&q.renew, "SELECT r_remaining_us, r_version, r_name, r_token FROM {p}_renew_v1($1, $2)"},
-		{&q.acquire, "SELECT r_name, r_token FROM {p}_acquire_v1($1, $2)"},
-		{&q.release, "SELECT {p}_release_v1($1, $2, $3)"},
-		{&q.close, "SELECT {p}_close_v1($1)"},
+		{&q.renew, "SELECT r_remaining_us, r_version, r_name, r_token FROM {p}_renew_v2($1, $2, $3)"},
+		{&q.acquire, "SELECT r_name, r_token FROM {p}_acquire_v2($1, $2, $3, $4)"},
+		{&q.release, "SELECT {p}_release_v2($1, $2, $3, $4)"},
+		{&q.close, "SELECT {p}_close_v2($1, $2)"},
 		{&q.channel, `LISTEN "{p}_released"`},
 	} {
 		if *s.dst, err = core.Expand(s.text, prefix); err != nil {
@@ -311,9 +334,9 @@ func newQueries(prefix string) (queries, error) {
 // store is the PostgreSQL [core.Store]: one routine call per method.
 type store struct{ b *Backend }
 
-func (s store) Open(ctx context.Context, id string, leaseUS int64, owner string) (int64, error) {
+func (s store) Open(ctx context.Context, id string, leaseUS int64, owner string, waitMS int64) (int64, error) {
 	var rem int64
-	err := s.b.pool.QueryRow(ctx, s.b.q.open, id, leaseUS, owner).Scan(&rem)
+	err := s.b.pool.QueryRow(ctx, s.b.q.open, id, leaseUS, owner, waitMS).Scan(&rem)
 	return rem, err
 }
 
@@ -340,8 +363,8 @@ func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]dri
 	return b.core.Inspect(ctx, req)
 }
 
-func (s store) Renew(ctx context.Context, id string, known uint64) (core.RenewResult, bool, error) {
-	rows, err := s.b.pool.Query(ctx, s.b.q.renew, id, int64(known))
+func (s store) Renew(ctx context.Context, id string, known uint64, waitMS int64) (core.RenewResult, bool, error) {
+	rows, err := s.b.pool.Query(ctx, s.b.q.renew, id, int64(known), waitMS)
 	if err != nil {
 		return core.RenewResult{}, false, err
 	}
@@ -370,52 +393,65 @@ func (s store) Renew(ctx context.Context, id string, known uint64) (core.RenewRe
 	return r, header, nil
 }
 
-func (s store) Acquire(ctx context.Context, id string, names []string) ([]uint64, bool, error) {
-	rows, err := s.b.pool.Query(ctx, s.b.q.acquire, id, names)
+func (s store) Acquire(ctx context.Context, id string, names []string, quarantineUS, waitMS int64) (core.AcquireResult, bool, error) {
+	rows, err := s.b.pool.Query(ctx, s.b.q.acquire, id, names, quarantineUS, waitMS)
 	if err != nil {
-		return nil, false, err
+		return core.AcquireResult{}, false, err
 	}
 	defer rows.Close()
-	tokens, err := s.acquired(rows, names)
+	r, err := s.acquired(rows, names)
 	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == sqlstateExpired {
-		return nil, false, nil
+		return core.AcquireResult{}, false, nil
 	}
-	return tokens, err == nil, err
+	return r, err == nil, err
 }
 
 // sqlstateExpired is raised by the acquire routine for an expired or
 // unknown session (after rolling back what it did).
 const sqlstateExpired = "SX001"
 
-func (s store) acquired(rows pgx.Rows, names []string) ([]uint64, error) {
+// acquired reads acquire_v2's answer: a token per name in order, or one
+// row (NULL, µs left) while the namespace is quarantined.
+func (s store) acquired(rows pgx.Rows, names []string) (core.AcquireResult, error) {
+	var r core.AcquireResult
 	tokens := make([]uint64, 0, len(names))
 	for rows.Next() {
-		var name string
+		var name *string
 		var token int64
 		if err := rows.Scan(&name, &token); err != nil {
-			return nil, err
+			return r, err
 		}
-		if len(tokens) >= len(names) || names[len(tokens)] != name {
-			return nil, fmt.Errorf("%w: token for %q out of order", core.ErrBadReply, name)
+		if name == nil {
+			if len(tokens) > 0 || r.QuarantineUS != 0 || token <= 0 {
+				return r, fmt.Errorf("%w: quarantine row (%d µs) out of place", core.ErrBadReply, token)
+			}
+			r.QuarantineUS = token
+			continue
+		}
+		if r.QuarantineUS != 0 || len(tokens) >= len(names) || names[len(tokens)] != *name {
+			return r, fmt.Errorf("%w: token for %q out of order", core.ErrBadReply, *name)
 		}
 		tokens = append(tokens, uint64(token))
 	}
-	return tokens, rows.Err()
+	if r.QuarantineUS == 0 {
+		r.Tokens = tokens
+	}
+	return r, rows.Err()
 }
 
-func (s store) Release(ctx context.Context, id string, leases []driver.Lease) error {
+func (s store) Release(ctx context.Context, id string, leases []driver.Lease, waitMS int64) error {
 	names := make([]string, len(leases))
 	tokens := make([]int64, len(leases))
 	for i, l := range leases {
 		names[i], tokens[i] = l.Name, int64(l.Token)
 	}
 	var n int32
-	return s.b.pool.QueryRow(ctx, s.b.q.release, id, names, tokens).Scan(&n)
+	return s.b.pool.QueryRow(ctx, s.b.q.release, id, names, tokens, waitMS).Scan(&n)
 }
 
-func (s store) Close(ctx context.Context, id string) error {
+func (s store) Close(ctx context.Context, id string, waitMS int64) error {
 	var n int32
-	return s.b.pool.QueryRow(ctx, s.b.q.close, id).Scan(&n)
+	return s.b.pool.QueryRow(ctx, s.b.q.close, id, waitMS).Scan(&n)
 }
 
 // deadlocked reports a deadlock victim (SQLSTATE 40P01): its transaction

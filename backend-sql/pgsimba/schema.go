@@ -244,4 +244,223 @@ CREATE TABLE IF NOT EXISTS {p}_schema (
 INSERT INTO {p}_schema (id, version, compatible_from) VALUES (1, 2, 1)
 ON CONFLICT (id) DO UPDATE SET version = excluded.version, compatible_from = excluded.compatible_from;
 `,
+	// 3 (ADR 0130, ADR 0135): the namespace's epoch row, which the
+	// acquire routine checks in the transaction that grants, and whose
+	// absence (the tables emptied, a restore from a backup without it)
+	// starts a quarantine of one maximum lease; and every routine bounds
+	// its lock waits (lock_timeout, set for its own transaction only, from
+	// the caller's deadline). The _v1 routines stay for processes not yet
+	// upgraded; they neither check the epoch nor bound their waits.
+	//
+	// The migration creates the epoch table empty: tables that already
+	// existed may have just been restored from an old backup, so the
+	// first acquire after it quarantines (once, for one maximum lease).
+	// Only the creation of a new namespace (Migration from 0) writes the
+	// row, in the same transaction that creates the tables.
+	2: `
+CREATE TABLE IF NOT EXISTS {p}_epoch (
+    id               integer     PRIMARY KEY CHECK (id = 1),
+    quarantine_until timestamptz NOT NULL
+);
+
+CREATE OR REPLACE FUNCTION {p}_open_v3(p_id text, p_lease_us bigint, p_owner text, p_wait_ms bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_exp timestamptz;
+BEGIN
+    -- For this call's transaction only (is_local): a lock wait longer
+    -- than the caller's deadline fails (SQLSTATE 55P03) instead of
+    -- committing after the caller gave up.
+    PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true);
+    DELETE FROM {p}_sessions s WHERE s.id IN (
+        SELECT g.id FROM {p}_sessions g WHERE g.expires_at < clock_timestamp()
+        LIMIT 100 FOR UPDATE SKIP LOCKED);
+    INSERT INTO {p}_sessions AS s (id, expires_at, lease, version, owner)
+    VALUES (p_id, clock_timestamp() + p_lease_us * interval '1 microsecond',
+            p_lease_us * interval '1 microsecond', 1, nullif(p_owner, ''))
+    RETURNING s.expires_at INTO v_exp;
+    RETURN (extract(epoch FROM v_exp - clock_timestamp()) * 1000000)::bigint;
+END $$;
+
+CREATE OR REPLACE FUNCTION {p}_renew_v2(p_id text, p_known bigint, p_wait_ms bigint)
+RETURNS TABLE (r_remaining_us bigint, r_version bigint, r_name text, r_token bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_exp timestamptz;
+    v_ver bigint;
+BEGIN
+    PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true);
+    -- Lock, then read the clock (see renew_v1).
+    PERFORM 1 FROM {p}_sessions s WHERE s.id = p_id FOR NO KEY UPDATE;
+    UPDATE {p}_sessions s SET expires_at = clock_timestamp() + s.lease
+     WHERE s.id = p_id AND s.expires_at > clock_timestamp()
+    RETURNING s.expires_at, s.version INTO v_exp, v_ver;
+    IF NOT FOUND THEN
+        RETURN; -- no row at all: expired or unknown (or lost with the tables)
+    END IF;
+    r_remaining_us := (extract(epoch FROM v_exp - clock_timestamp()) * 1000000)::bigint;
+    r_version := v_ver;
+    RETURN NEXT;
+    IF v_ver <> p_known THEN
+        RETURN QUERY SELECT NULL::bigint, NULL::bigint, l.name, l.token
+                       FROM {p}_leases l WHERE l.session_id = p_id AND l.held;
+    END IF;
+END $$;
+
+-- acquire_v2 answers (r_name, r_token) per name, or, while the namespace
+-- is quarantined, the single row (NULL, microseconds left).
+CREATE OR REPLACE FUNCTION {p}_acquire_v2(p_id text, p_names text[], p_quarantine_us bigint, p_wait_ms bigint)
+RETURNS TABLE (r_name text, r_token bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_name  text;
+    v_owner text;
+    v_token bigint;
+    v_held  boolean;
+    v_alive boolean;
+    v_won   boolean := false;
+    v_until timestamptz;
+BEGIN
+    PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true);
+    -- The epoch row, in the transaction that grants (ADR 0130). Missing:
+    -- the records were lost (the tables emptied, a restore from a backup
+    -- without it). A term granted before the loss lasted at most one
+    -- maximum lease, so none is granted until that long after now. The
+    -- row is read, not locked: a loss that commits while this runs
+    -- either removed this session's row (the check at the end rolls all
+    -- back) or left what this grants in place.
+    SELECT e.quarantine_until INTO v_until FROM {p}_epoch e WHERE e.id = 1;
+    IF NOT FOUND THEN
+        INSERT INTO {p}_epoch AS e (id, quarantine_until)
+        VALUES (1, clock_timestamp() + p_quarantine_us * interval '1 microsecond')
+        ON CONFLICT (id) DO NOTHING;
+        SELECT e.quarantine_until INTO v_until FROM {p}_epoch e WHERE e.id = 1;
+    END IF;
+    IF v_until > clock_timestamp() THEN
+        -- An expired session answers expired (rolling the epoch row back
+        -- too: the next live caller writes it, later, so no shorter).
+        PERFORM 1 FROM {p}_sessions s WHERE s.id = p_id AND s.expires_at > clock_timestamp();
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'simba: session % expired or unknown', p_id USING ERRCODE = 'SX001';
+        END IF;
+        r_name := NULL;
+        r_token := greatest(1, ceil(extract(epoch FROM v_until - clock_timestamp()) * 1000000))::bigint;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    -- From here on as acquire_v1 (see its comments).
+    FOREACH v_name IN ARRAY p_names LOOP
+        r_name := v_name;
+        UPDATE {p}_leases l SET session_id = p_id, held = true,
+               token = greatest(l.token + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+         WHERE l.name = v_name AND NOT l.held
+        RETURNING l.token INTO v_token;
+        IF FOUND THEN
+            v_won := true;
+            r_token := v_token;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        INSERT INTO {p}_leases AS l (name, session_id, token, held)
+        VALUES (v_name, p_id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, true)
+        ON CONFLICT (name) DO NOTHING
+        RETURNING l.token INTO v_token;
+        IF FOUND THEN
+            v_won := true;
+            r_token := v_token;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        SELECT l.session_id, l.token, l.held INTO v_owner, v_token, v_held
+          FROM {p}_leases l WHERE l.name = v_name FOR UPDATE;
+        IF v_held AND v_owner = p_id THEN
+            r_token := v_token;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        v_alive := NULL;
+        IF v_held THEN
+            SELECT s.expires_at > clock_timestamp() INTO v_alive
+              FROM {p}_sessions s WHERE s.id = v_owner;
+            IF v_alive IS NOT TRUE THEN
+                PERFORM 1 FROM {p}_sessions s WHERE s.id = v_owner FOR SHARE;
+                SELECT s.expires_at > clock_timestamp() INTO v_alive
+                  FROM {p}_sessions s WHERE s.id = v_owner;
+            END IF;
+        END IF;
+        IF v_alive THEN
+            r_token := 0;
+        ELSE
+            UPDATE {p}_leases l SET session_id = p_id, held = true,
+                   token = greatest(l.token + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+             WHERE l.name = v_name
+            RETURNING l.token INTO v_token;
+            v_won := true;
+            r_token := v_token;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    IF v_won THEN
+        UPDATE {p}_sessions s SET version = s.version + 1
+         WHERE s.id = p_id AND s.expires_at > clock_timestamp();
+    ELSE
+        PERFORM 1 FROM {p}_sessions s WHERE s.id = p_id AND s.expires_at > clock_timestamp();
+    END IF;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'simba: session % expired or unknown', p_id USING ERRCODE = 'SX001';
+    END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION {p}_release_v2(p_id text, p_names text[], p_tokens bigint[], p_wait_ms bigint)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer := 0;
+BEGIN
+    -- Both for this call's transaction only: no wait for the WAL flush
+    -- (ADR 0034), and bounded lock waits.
+    PERFORM set_config('synchronous_commit', 'off', true), set_config('lock_timeout', p_wait_ms || 'ms', true);
+    FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
+        UPDATE {p}_leases l SET held = false
+         WHERE l.name = p_names[i] AND l.token = p_tokens[i] AND l.session_id = p_id AND l.held;
+        IF FOUND THEN
+            v_n := v_n + 1;
+            PERFORM pg_notify('{p}_released', p_names[i]);
+        END IF;
+    END LOOP;
+    IF v_n > 0 THEN
+        UPDATE {p}_sessions s SET version = s.version + 1 WHERE s.id = p_id;
+    END IF;
+    RETURN v_n;
+END $$;
+
+CREATE OR REPLACE FUNCTION {p}_close_v2(p_id text, p_wait_ms bigint) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_name text;
+    v_n    integer := 0;
+BEGIN
+    PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true);
+    FOR v_name IN SELECT l.name FROM {p}_leases l WHERE l.session_id = p_id AND l.held
+                   ORDER BY l.name FOR UPDATE LOOP
+        UPDATE {p}_leases l SET held = false WHERE l.name = v_name;
+        PERFORM pg_notify('{p}_released', v_name);
+        v_n := v_n + 1;
+    END LOOP;
+    DELETE FROM {p}_sessions s WHERE s.id = p_id;
+    RETURN v_n;
+END $$;
+
+UPDATE {p}_schema SET version = 3, compatible_from = 1 WHERE id = 1;
+`,
 }
+
+// initEpoch ends the creation of a new namespace (Migration from 0), in
+// its transaction: tables that did not exist held no leases, so the new
+// namespace starts with no quarantine (ADR 0130). Never part of a
+// migration of existing tables, which may have been restored from a
+// backup.
+const initEpoch = `
+INSERT INTO {p}_epoch (id, quarantine_until) VALUES (1, clock_timestamp())
+ON CONFLICT (id) DO NOTHING;
+`

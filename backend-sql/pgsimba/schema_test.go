@@ -3,6 +3,7 @@ package pgsimba_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/pgsimba"
@@ -14,7 +15,7 @@ func TestSchemaVersions(t *testing.T) {
 	sqltest.RunSchema(t, sqltest.Schema{
 		Label: "pgsimba",
 		New: func(t *testing.T, prefix string, create bool) (driver.Backend, error) {
-			opts := []pgsimba.Option{pgsimba.WithNamespace(prefix)}
+			opts := []pgsimba.Option{pgsimba.WithNamespace(prefix), pgsimba.WithMaxLease(time.Second)}
 			if !create {
 				opts = append(opts, pgsimba.WithoutSchemaCreation())
 			}
@@ -25,13 +26,13 @@ func TestSchemaVersions(t *testing.T) {
 			t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
 			return b, nil
 		},
-		InstallFirst: func(t *testing.T, prefix string) {
-			ddl, err := pgsimba.FirstSchema(prefix)
+		Install: func(t *testing.T, prefix string, v int) {
+			ddl, err := pgsimba.SchemaAt(prefix, v)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if _, err := pool.Exec(ctxT(t), ddl); err != nil {
-				t.Fatalf("installing the first schema: %v", err)
+				t.Fatalf("installing schema version %d: %v", v, err)
 			}
 		},
 		OpenFirst: func(t *testing.T, prefix string, id driver.ID) {
@@ -39,11 +40,50 @@ func TestSchemaVersions(t *testing.T) {
 				t.Fatalf("open_v1: %v", err)
 			}
 		},
+		AcquireFirst: func(t *testing.T, prefix string, id driver.ID, name string) uint64 {
+			var tok int64
+			if err := pool.QueryRow(ctxT(t), "SELECT r_token FROM "+prefix+"_acquire_v1($1, $2)", string(id), []string{name}).Scan(&tok); err != nil || tok <= 0 {
+				t.Fatalf("acquire_v1: %d, %v", tok, err)
+			}
+			return uint64(tok)
+		},
 		SetVersion: func(t *testing.T, prefix string, v, compat int) {
 			if _, err := pool.Exec(ctxT(t), "UPDATE "+prefix+"_schema SET version = $1, compatible_from = $2", v, compat); err != nil {
 				t.Fatal(err)
 			}
 		},
 		Drop: func(t testing.TB, prefix string) { dropSchema(t, pool, prefix) },
+	})
+}
+
+func TestDataLoss(t *testing.T) {
+	pool := newPool(t, pgURL(t), nil)
+	sqltest.RunLoss(t, sqltest.Loss{
+		New: func(t *testing.T, prefix string, maxLease time.Duration) driver.Backend {
+			b, err := pgsimba.New(ctxT(t), pool, pgsimba.WithNamespace(prefix), pgsimba.WithMaxLease(maxLease))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+			return b
+		},
+		Exec: func(t *testing.T, stmts ...string) {
+			for _, s := range stmts {
+				if _, err := pool.Exec(ctxT(t), s); err != nil {
+					t.Fatalf("%s: %v", s, err)
+				}
+			}
+		},
+		Drop:            func(t testing.TB, prefix string) { dropSchema(t, pool, prefix) },
+		RestartIdentity: true,
+		SkipQuarantine: func(t *testing.T, prefix string) {
+			ddl, err := pgsimba.AcquireWithoutQuarantine(prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pool.Exec(ctxT(t), ddl); err != nil {
+				t.Fatalf("planting the bug: %v", err)
+			}
+		},
 	})
 }

@@ -1,6 +1,6 @@
 // Package faultcheck checks the logs of real processes contending for one
-// election while faults are applied, and reports how fast leadership came
-// back after each fault.
+// election, or sharing the partitions of one group, while faults are
+// applied, and reports how fast leadership came back after each fault.
 //
 // Every process logs its acts with the CLOCK_MONOTONIC time read before it
 // checked its term and the time until which it then believed the term
@@ -9,12 +9,19 @@
 // directly. The rules:
 //
 //   - exclusion: no act of a token starts at or before the end of an older
-//     token's last believed-valid window;
+//     token's last believed-valid window; a term handed over voluntarily
+//     (revoked STOPPED or STEPPED_DOWN: its task returns before its lease
+//     is released) ends its window when its task returned, if that is
+//     earlier: the process knew its term over and acted no more;
 //   - tokens strictly rise, across elections in time order;
 //   - callbacks pair: within one process run, elected and revoked
 //     alternate and carry the same token; a run ends with no open term
 //     unless the process was killed; an act happens only inside its
 //     token's elected..revoked span.
+//
+// Each rule holds per lease: an event's Lease names it (a group's
+// partition lease, "<group>:p:<p>"); events without one are the
+// election's, the only lease failovers are measured on.
 package faultcheck
 
 import (
@@ -36,8 +43,11 @@ const (
 	Elected = "elected" // OnElected
 	Act     = "act"     // one act under a term
 	Revoked = "revoked" // OnRevoked
-	Exit    = "exit"    // a process run ends cleanly
-	Fault   = "fault"   // the controller applies a fault (Worker is the target)
+	// Returned: the term's task saw its term end and returned; it acts no
+	// more under that token.
+	Returned = "returned"
+	Exit     = "exit"  // a process run ends cleanly
+	Fault    = "fault" // the controller applies a fault (Worker is the target)
 )
 
 // Event is one line of a log.
@@ -50,6 +60,9 @@ type Event struct {
 	Until  int64  `json:"u,omitempty"` // Act: believed valid until (CLOCK_MONOTONIC, ns)
 	Reason string `json:"r,omitempty"` // Revoked: the reason; Fault: its kind
 	Killed bool   `json:"killed,omitempty"`
+	// Lease names the lease of Elected, Act and Revoked: a group
+	// partition's ("<group>:p:<p>"); empty for the election.
+	Lease string `json:"l,omitempty"`
 }
 
 // Now reads CLOCK_MONOTONIC, the clock every process of a machine shares
@@ -121,11 +134,55 @@ type Report struct {
 }
 
 // Check applies the rules to the merged events of all processes and the
-// controller.
+// controller, lease by lease.
 func Check(events []Event) Report {
 	es := slices.Clone(events)
 	sort.SliceStable(es, func(i, j int) bool { return es[i].T < es[j].T })
+	byLease := map[string][]Event{}
+	var shared []Event // Start, Exit, Fault: every lease's
+	for _, e := range es {
+		switch e.Kind {
+		case Elected, Act, Revoked, Returned:
+			byLease[e.Lease] = append(byLease[e.Lease], e)
+		default:
+			shared = append(shared, e)
+		}
+	}
+	leases := make([]string, 0, len(byLease))
+	for l := range byLease {
+		leases = append(leases, l)
+	}
+	slices.Sort(leases)
+	if len(leases) == 0 {
+		leases = []string{""}
+	}
 	r := Report{Faults: map[string]int{}}
+	for _, e := range shared {
+		if e.Kind == Fault {
+			r.Faults[e.Reason]++
+		}
+	}
+	for _, l := range leases {
+		merged := append(slices.Clone(byLease[l]), shared...)
+		sort.SliceStable(merged, func(i, j int) bool { return merged[i].T < merged[j].T })
+		lr := checkLease(merged, l == "")
+		r.Acts += lr.Acts
+		r.Elections += lr.Elections
+		r.Failovers = append(r.Failovers, lr.Failovers...)
+		for _, v := range lr.Violations {
+			if l != "" {
+				v = l + ": " + v
+			}
+			r.Violations = append(r.Violations, v)
+		}
+	}
+	return r
+}
+
+// checkLease applies the rules to one lease's events (with every Start,
+// Exit and Fault), sorted by time; failovers are measured if measure.
+func checkLease(es []Event, measure bool) Report {
+	r := Report{}
 	vio := func(format string, args ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, args...)) }
 
 	// Callbacks paired, acts inside their term, per process run.
@@ -159,8 +216,6 @@ func Check(events []Event) Report {
 				vio("%s run %d: exited with term %d still open (no OnRevoked)", e.Worker, e.Run, tok)
 			}
 			ended[k] = true
-		case Fault:
-			r.Faults[e.Reason]++
 		}
 	}
 
@@ -184,16 +239,35 @@ func Check(events []Event) Report {
 		who          string
 	}
 	spans := map[uint64]*span{}
+	voluntary := map[uint64]bool{}
+	returned := map[uint64]int64{}
+	for _, e := range es {
+		switch {
+		case e.Kind == Revoked && (e.Reason == "STOPPED" || e.Reason == "STEPPED_DOWN"):
+			voluntary[e.Token] = true
+		case e.Kind == Returned:
+			if t, ok := returned[e.Token]; !ok || e.T < t {
+				returned[e.Token] = e.T
+			}
+		}
+	}
 	for _, e := range es {
 		if e.Kind != Act {
 			continue
 		}
+		until := e.Until
+		if at, ok := returned[e.Token]; ok && voluntary[e.Token] && e.T <= at {
+			// Acted before its task saw the voluntary end and returned:
+			// believed valid until then at most. An act after the
+			// return (a worker ignoring its revocation) counts in full.
+			until = min(until, at)
+		}
 		s := spans[e.Token]
 		if s == nil {
-			s = &span{first: e.T, until: e.Until, who: e.Worker}
+			s = &span{first: e.T, until: until, who: e.Worker}
 			spans[e.Token] = s
 		}
-		s.until = max(s.until, e.Until)
+		s.until = max(s.until, until)
 	}
 	toks := make([]uint64, 0, len(spans))
 	for t := range spans {
@@ -218,7 +292,7 @@ func Check(events []Event) Report {
 	// fault.
 	var faults []int
 	for i, e := range es {
-		if e.Kind == Fault {
+		if e.Kind == Fault && measure {
 			faults = append(faults, i)
 		}
 	}

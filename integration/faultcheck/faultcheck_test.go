@@ -104,3 +104,86 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+// A group's partitions are checked lease by lease: two workers owning two
+// partitions at once is no violation; two valid owners of one partition,
+// or its tokens going back, are.
+func TestPartitionsAreCheckedLeaseByLease(t *testing.T) {
+	ok := []faultcheck.Event{
+		{Kind: faultcheck.Start, Worker: "w1", T: 0},
+		{Kind: faultcheck.Start, Worker: "w2", T: 0},
+		{Kind: faultcheck.Elected, Worker: "w1", T: 1 * s, Token: 5, Lease: "g:p:0"},
+		{Kind: faultcheck.Elected, Worker: "w2", T: 1 * s, Token: 3, Lease: "g:p:1"},
+		{Kind: faultcheck.Act, Worker: "w1", T: 1 * s, Token: 5, Until: 3 * s, Lease: "g:p:0"},
+		{Kind: faultcheck.Act, Worker: "w2", T: 1 * s, Token: 3, Until: 3 * s, Lease: "g:p:1"},
+		{Kind: faultcheck.Revoked, Worker: "w1", T: 2 * s, Token: 5, Lease: "g:p:0"},
+		{Kind: faultcheck.Revoked, Worker: "w2", T: 2 * s, Token: 3, Lease: "g:p:1"},
+		{Kind: faultcheck.Elected, Worker: "w2", T: 4 * s, Token: 6, Lease: "g:p:0"},
+		{Kind: faultcheck.Act, Worker: "w2", T: 4 * s, Token: 6, Until: 5 * s, Lease: "g:p:0"},
+		{Kind: faultcheck.Revoked, Worker: "w2", T: 5 * s, Token: 6, Lease: "g:p:0"},
+		{Kind: faultcheck.Exit, Worker: "w1", T: 6 * s},
+		{Kind: faultcheck.Exit, Worker: "w2", T: 6 * s},
+	}
+	if r := faultcheck.Check(ok); len(r.Violations) != 0 || r.Acts != 3 || r.Elections != 3 {
+		t.Fatalf("a clean two-partition history: %+v", r)
+	}
+	for _, tc := range []struct {
+		name  string
+		plant func([]faultcheck.Event) []faultcheck.Event
+		want  string
+	}{
+		{"two valid owners of one partition", func(es []faultcheck.Event) []faultcheck.Event {
+			es[9].T = 2*s + s/2 // w2 acts on p0 while w1 believed it valid until 3s
+			es[8].T = 2*s + s/2
+			return es
+		}, "g:p:0: token 6 (w2) acted"},
+		{"a partition's token going back", func(es []faultcheck.Event) []faultcheck.Event {
+			es[8].Token, es[9].Token, es[10].Token = 4, 4, 4
+			return es
+		}, "g:p:0: token went from 5 to 4"},
+		{"a partition left open at exit", func(es []faultcheck.Event) []faultcheck.Event {
+			return append(es[:7], es[8:]...) // w2 never hears OnRevoked for p1
+		}, "g:p:1: w2 run 0: exited with term 3 still open"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			es := tc.plant(append([]faultcheck.Event(nil), ok...))
+			r := faultcheck.Check(es)
+			found := false
+			for _, v := range r.Violations {
+				found = found || strings.Contains(v, tc.want)
+			}
+			if !found {
+				t.Fatalf("want a violation containing %q, got %v", tc.want, r.Violations)
+			}
+		})
+	}
+}
+
+// A voluntary handover: w1's last act believed its term valid until 3s,
+// but its term was handed over (STEPPED_DOWN): its task returned at 1.2s,
+// before the lease was released, and w2 acted from 1.5s. No violation;
+// the same history with an involuntary end is one, and so is an act of
+// w1 after its task returned.
+func TestVoluntaryHandoverEndsTheWindowWhenTheTaskReturned(t *testing.T) {
+	handover := func(reason string) []faultcheck.Event {
+		return []faultcheck.Event{
+			{Kind: faultcheck.Elected, Worker: "w1", T: 1 * s, Token: 5, Lease: "g:p:0"},
+			{Kind: faultcheck.Act, Worker: "w1", T: 1 * s, Token: 5, Until: 3 * s, Lease: "g:p:0"},
+			{Kind: faultcheck.Returned, Worker: "w1", T: 1*s + s/5, Token: 5, Lease: "g:p:0"},
+			{Kind: faultcheck.Revoked, Worker: "w1", T: 1*s + s/4, Token: 5, Reason: reason, Lease: "g:p:0"},
+			{Kind: faultcheck.Elected, Worker: "w2", T: 1*s + s/2, Token: 6, Lease: "g:p:0"},
+			{Kind: faultcheck.Act, Worker: "w2", T: 1*s + s/2, Token: 6, Until: 3 * s, Lease: "g:p:0"},
+		}
+	}
+	if r := faultcheck.Check(handover("STEPPED_DOWN")); len(r.Violations) != 0 {
+		t.Fatalf("a voluntary handover: %v", r.Violations)
+	}
+	if r := faultcheck.Check(handover("TAKEN_OVER")); len(r.Violations) == 0 {
+		t.Fatal("an involuntary end inside the believed window: no violation")
+	}
+	late := handover("STEPPED_DOWN")
+	late = append(late[:3], append([]faultcheck.Event{{Kind: faultcheck.Act, Worker: "w1", T: 1*s + s/5 + 1, Token: 5, Until: 3 * s, Lease: "g:p:0"}}, late[3:]...)...)
+	if r := faultcheck.Check(late); len(r.Violations) == 0 {
+		t.Fatal("an act after the task returned, inside the next owner's term: no violation")
+	}
+}

@@ -87,6 +87,14 @@ type Claim interface {
 	// (Engine.WouldWaitForSelf): a term's context then names key. By
 	// default a claim owns its own. Call it before the claim wins a term.
 	SetOwner(key any)
+	// PaceNotices lets the claim's release notices wait for a batch: the
+	// session answers a paced claim's notice at once when no paced notice
+	// was answered in the last half renewal interval (the shortest
+	// candidate tick), else at the end of that window, together with every
+	// paced notice that arrived in it, in one Acquire. For claims whose
+	// notices come in streams (a group's partitions during a rebalance);
+	// an election's notices stay unpaced, answered at once. ADR 0102.
+	PaceNotices()
 }
 
 // Engine is the hook side of one session.
@@ -99,6 +107,13 @@ type Engine interface {
 	// Do runs f with the engine's lock held, then runs what f deferred. f
 	// must not block.
 	Do(f func())
+	// DoWait is Do for a caller that waits for what f starts (a lock's
+	// first attempt, a release it waits for): the first backend call f
+	// makes may run on the caller's goroutine, reply included, before
+	// DoWait returns. ctx bounds that: when it ends first, the call is
+	// given up as if it had timed out. The caller must not hold anything
+	// the backend call needs.
+	DoWait(ctx context.Context, f func())
 	// Defer runs f after the engine's lock is released, after everything
 	// deferred before it. Lock held.
 	Defer(f func())

@@ -65,21 +65,35 @@ type RenewResult struct {
 	Leases []driver.Lease
 }
 
+// AcquireResult is what a [Store] answers to an acquisition by a live
+// session: one token per name (0 where not acquired), or, when QuarantineUS
+// is positive, no token at all (Tokens is nil) and the time left in the
+// namespace's quarantine by the database clock (ADR 0130).
+type AcquireResult struct {
+	Tokens       []uint64
+	QuarantineUS int64
+}
+
 // Store is one SQL dialect. Each method is one call to a stored routine,
 // that is one statement and one round trip; ok is false when the session
-// has expired or is unknown.
+// has expired or is unknown. waitMS bounds every lock wait of the call in
+// the database (lock_timeout, innodb_lock_wait_timeout), so a call the
+// client gave up on does not commit much later (see [Backend.lockWait]).
 type Store interface {
 	// Open stores the session with its owner encoded by [EncodeOwner] ("":
 	// none).
-	Open(ctx context.Context, id string, leaseUS int64, owner string) (remainingUS int64, err error)
-	Renew(ctx context.Context, id string, known uint64) (r RenewResult, ok bool, err error)
+	Open(ctx context.Context, id string, leaseUS int64, owner string, waitMS int64) (remainingUS int64, err error)
+	Renew(ctx context.Context, id string, known uint64, waitMS int64) (r RenewResult, ok bool, err error)
 	// Acquire gets names sorted and without duplicates (so that concurrent
-	// calls lock lease rows in one order) and answers one token per name,
-	// 0 where not acquired.
-	Acquire(ctx context.Context, id string, names []string) (tokens []uint64, ok bool, err error)
+	// calls lock lease rows in one order). It grants nothing while the
+	// namespace's epoch row says it is quarantined, and when the row is
+	// missing (the tables were emptied) recreates it with a quarantine of
+	// quarantineUS from the database's now, in the same transaction that
+	// would have granted.
+	Acquire(ctx context.Context, id string, names []string, quarantineUS, waitMS int64) (r AcquireResult, ok bool, err error)
 	// Release gets leases sorted by name.
-	Release(ctx context.Context, id string, leases []driver.Lease) error
-	Close(ctx context.Context, id string) error
+	Release(ctx context.Context, id string, leases []driver.Lease, waitMS int64) error
+	Close(ctx context.Context, id string, waitMS int64) error
 	// Inspect lists the held leases whose session is alive: those named in
 	// names (sorted, no duplicates), or when names is nil those starting
 	// with prefix ("" for all). It takes prefix literally.
@@ -108,10 +122,47 @@ type Backend struct {
 	// call until it has succeeded once): the lazy preparation and schema
 	// check of a backend built without touching the database.
 	Ready func(ctx context.Context) error
+	// MaxLease caps every session's lease ([DefaultMaxLease] if zero), and
+	// is the length of the quarantine after a data loss: a term granted
+	// before the loss cannot outlive it (ADR 0130).
+	MaxLease time.Duration
 
 	shut    atomic.Bool
 	readyMu sync.Mutex
 	readyOK atomic.Bool
+}
+
+// DefaultMaxLease is the cap on leases, and the quarantine after a data
+// loss, when WithMaxLease is not given (ADR 0130).
+const DefaultMaxLease = 30 * time.Second
+
+// CheckMaxLease validates a WithMaxLease value.
+func CheckMaxLease(label string, d time.Duration) error {
+	if d < time.Millisecond {
+		return fmt.Errorf("%s: WithMaxLease(%v): want at least 1ms", label, d)
+	}
+	return nil
+}
+
+func (b *Backend) maxLease() time.Duration {
+	if b.MaxLease <= 0 {
+		return DefaultMaxLease
+	}
+	return b.MaxLease
+}
+
+// lockWait is the bound, in milliseconds, on each lock wait of a call in
+// the database: the time left until ctx's deadline (the engine gives every
+// call one renewal period), or MaxLease when ctx has none; at least 1 ms
+// (0 would mean "no bound" to PostgreSQL). A call the client has given up
+// on then fails in the database soon after instead of committing much
+// later, when its reply no longer reaches anyone.
+func (b *Backend) lockWait(ctx context.Context) int64 {
+	d := b.maxLease()
+	if dl, ok := ctx.Deadline(); ok {
+		d = time.Until(dl)
+	}
+	return max(1, d.Milliseconds())
 }
 
 // maxAttempts bounds the runs of one call that keeps losing deadlocks.
@@ -169,6 +220,9 @@ func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.Open
 	if req.LeaseDuration < time.Millisecond {
 		return driver.OpenReply{}, b.wrap("open", fmt.Errorf("lease duration %v is shorter than 1ms", req.LeaseDuration))
 	}
+	// Every grant is capped, so that one MaxLease of quarantine after a
+	// data loss outlasts every term granted before it (ADR 0130).
+	lease := min(req.LeaseDuration, b.maxLease())
 	owner, err := EncodeOwner(req.Owner)
 	if err != nil {
 		return driver.OpenReply{}, b.wrap("open", err)
@@ -179,7 +233,7 @@ func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.Open
 	}
 	var rem int64
 	err = b.retry(ctx, func() (err error) {
-		rem, err = b.Store.Open(ctx, string(id), req.LeaseDuration.Microseconds(), owner)
+		rem, err = b.Store.Open(ctx, string(id), lease.Microseconds(), owner, b.lockWait(ctx))
 		return err
 	})
 	if err != nil {
@@ -199,7 +253,7 @@ func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.Re
 	var r RenewResult
 	var ok bool
 	err := b.retry(ctx, func() (err error) {
-		r, ok, err = b.Store.Renew(ctx, string(req.ID), req.KnownVersion)
+		r, ok, err = b.Store.Renew(ctx, string(req.ID), req.KnownVersion, b.lockWait(ctx))
 		return err
 	})
 	if err != nil {
@@ -245,10 +299,10 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if len(names) == 0 {
 		return rep, nil
 	}
-	var tokens []uint64
+	var res AcquireResult
 	var ok bool
 	err := b.retry(ctx, func() (err error) {
-		tokens, ok, err = b.Store.Acquire(ctx, string(req.ID), names)
+		res, ok, err = b.Store.Acquire(ctx, string(req.ID), names, b.maxLease().Microseconds(), b.lockWait(ctx))
 		return err
 	})
 	if err != nil {
@@ -257,6 +311,14 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if !ok {
 		return driver.AcquireReply{}, b.expired("acquire", req.ID)
 	}
+	if res.QuarantineUS > 0 {
+		// Nothing granted: every valid name answers token 0. Reported as
+		// the database measured it; a quarantine only refuses grants, it
+		// never lengthens a term.
+		rep.Quarantine = time.Duration(res.QuarantineUS) * time.Microsecond
+		return rep, nil
+	}
+	tokens := res.Tokens
 	if len(tokens) != len(names) {
 		return driver.AcquireReply{}, b.wrap("acquire", fmt.Errorf("%d tokens for %d names", len(tokens), len(names)))
 	}
@@ -291,7 +353,7 @@ func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error 
 		return compareUint(x.Token, y.Token)
 	})
 	leases = slices.Compact(leases)
-	if err := b.retry(ctx, func() error { return b.Store.Release(ctx, string(req.ID), leases) }); err != nil {
+	if err := b.retry(ctx, func() error { return b.Store.Release(ctx, string(req.ID), leases, b.lockWait(ctx)) }); err != nil {
 		return b.wrap("release", err)
 	}
 	return nil
@@ -305,7 +367,7 @@ func (b *Backend) Close(ctx context.Context, id driver.ID) error {
 	if !wellFormed(id) {
 		return nil // unknown: closing it is not an error
 	}
-	if err := b.retry(ctx, func() error { return b.Store.Close(ctx, string(id)) }); err != nil {
+	if err := b.retry(ctx, func() error { return b.Store.Close(ctx, string(id), b.lockWait(ctx)) }); err != nil {
 		return b.wrap("close", err)
 	}
 	return nil

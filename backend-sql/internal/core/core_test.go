@@ -63,30 +63,40 @@ func FuzzExpand(f *testing.F) {
 // fakeStore records calls, to check what the dialect-independent layer
 // sends; real behaviour is tested against the servers.
 type fakeStore struct {
-	names    []string
-	failures int // Close fails with errDeadlock this many times
-	closes   int
+	names        []string
+	failures     int // Close fails with errDeadlock this many times
+	closes       int
+	leaseUS      int64 // the last Open's lease
+	waitMS       int64 // the last call's lock-wait bound
+	quarantineUS int64 // the last Acquire's quarantine length
+	quarantined  int64 // if > 0, Acquire answers this quarantine
 }
 
 var errDeadlock = errors.New("deadlock")
 
-func (f *fakeStore) Open(context.Context, string, int64, string) (int64, error) { return 1000, nil }
+func (f *fakeStore) Open(_ context.Context, _ string, leaseUS int64, _ string, waitMS int64) (int64, error) {
+	f.leaseUS, f.waitMS = leaseUS, waitMS
+	return 1000, nil
+}
 func (f *fakeStore) Inspect(context.Context, []string, string) ([]HolderRow, error) {
 	return nil, nil
 }
-func (f *fakeStore) Renew(context.Context, string, uint64) (RenewResult, bool, error) {
+func (f *fakeStore) Renew(context.Context, string, uint64, int64) (RenewResult, bool, error) {
 	return RenewResult{}, false, nil
 }
-func (f *fakeStore) Acquire(_ context.Context, _ string, names []string) ([]uint64, bool, error) {
-	f.names = names
+func (f *fakeStore) Acquire(_ context.Context, _ string, names []string, quarantineUS, waitMS int64) (AcquireResult, bool, error) {
+	f.names, f.quarantineUS, f.waitMS = names, quarantineUS, waitMS
+	if f.quarantined > 0 {
+		return AcquireResult{QuarantineUS: f.quarantined}, true, nil
+	}
 	out := make([]uint64, len(names))
 	for i := range out {
 		out[i] = uint64(i + 1)
 	}
-	return out, true, nil
+	return AcquireResult{Tokens: out}, true, nil
 }
-func (f *fakeStore) Release(context.Context, string, []driver.Lease) error { return nil }
-func (f *fakeStore) Close(context.Context, string) error {
+func (f *fakeStore) Release(context.Context, string, []driver.Lease, int64) error { return nil }
+func (f *fakeStore) Close(context.Context, string, int64) error {
 	f.closes++
 	if f.failures > 0 {
 		f.failures--
@@ -135,5 +145,67 @@ func TestAcquireSortsDedupesAndMapsBack(t *testing.T) {
 	}
 	if _, err := b.Open(context.Background(), driver.OpenRequest{LeaseDuration: time.Microsecond}); err == nil {
 		t.Error("Open with a lease under 1ms succeeded")
+	}
+}
+
+// Every grant is capped at MaxLease (default 30s), the quarantine asked of
+// the store is MaxLease, and a quarantine answer grants nothing.
+func TestMaxLeaseAndQuarantine(t *testing.T) {
+	fs := &fakeStore{}
+	b := Backend{Store: fs, Label: "test"}
+	ctx := context.Background()
+	if _, err := b.Open(ctx, driver.OpenRequest{LeaseDuration: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if fs.leaseUS != DefaultMaxLease.Microseconds() {
+		t.Errorf("Open(1h) stored a lease of %dµs, want the default cap %v", fs.leaseUS, DefaultMaxLease)
+	}
+	b.MaxLease = 2 * time.Second
+	if _, err := b.Open(ctx, driver.OpenRequest{LeaseDuration: time.Second}); err != nil || fs.leaseUS != 1e6 {
+		t.Errorf("Open(1s) under a 2s cap stored %dµs (%v), want 1s", fs.leaseUS, err)
+	}
+	if _, err := b.Open(ctx, driver.OpenRequest{LeaseDuration: 3 * time.Second}); err != nil || fs.leaseUS != 2e6 {
+		t.Errorf("Open(3s) under a 2s cap stored %dµs (%v), want 2s", fs.leaseUS, err)
+	}
+	id, _ := NewID()
+	fs.quarantined = 1500000
+	rep, err := b.Acquire(ctx, driver.AcquireRequest{ID: id, Names: []string{"a", "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs.quarantineUS != 2e6 {
+		t.Errorf("Acquire asked for a quarantine of %dµs, want MaxLease (2s)", fs.quarantineUS)
+	}
+	if rep.Quarantine != 1500*time.Millisecond || len(rep.Results) != 2 || rep.Results[0].Token != 0 || rep.Results[1].Token != 0 {
+		t.Errorf("Acquire during a quarantine = %+v, want Quarantine 1.5s and no token", rep)
+	}
+	for _, d := range []time.Duration{0, -time.Second, time.Microsecond} {
+		if CheckMaxLease("test", d) == nil {
+			t.Errorf("CheckMaxLease(%v) accepted it", d)
+		}
+	}
+}
+
+// Each call's lock waits in the database are bounded by the time left to
+// the caller's deadline, or MaxLease without one; at least 1 ms.
+func TestLockWaitFollowsTheDeadline(t *testing.T) {
+	fs := &fakeStore{}
+	b := Backend{Store: fs, Label: "test", MaxLease: 7 * time.Second}
+	if got := b.lockWait(context.Background()); got != 7000 {
+		t.Errorf("lockWait without a deadline = %dms, want MaxLease (7000)", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if got := b.lockWait(ctx); got < 2900 || got > 3000 {
+		t.Errorf("lockWait 3s before the deadline = %dms, want about 3000", got)
+	}
+	past, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	if got := b.lockWait(past); got != 1 {
+		t.Errorf("lockWait after the deadline = %dms, want 1", got)
+	}
+	id, _ := NewID()
+	if _, err := b.Acquire(ctx, driver.AcquireRequest{ID: id, Names: []string{"a"}}); err != nil || fs.waitMS < 2900 || fs.waitMS > 3000 {
+		t.Errorf("Acquire passed a lock wait of %dms (%v), want about 3000", fs.waitMS, err)
 	}
 }

@@ -9,8 +9,11 @@ import (
 // SchemaVersion is the version of the tables and routines this code calls
 // (docs/adr/0081-sql-schema-versions.md). Version 1 is the schema of the
 // first releases, which recorded no version; version 2 adds the sessions'
-// owner and <p>_open_v2, and the <p>_schema table that records the version.
-const SchemaVersion = 2
+// owner and <p>_open_v2, and the <p>_schema table that records the version;
+// version 3 adds the <p>_epoch table whose row the acquire routine checks
+// (the data-loss quarantine, ADR 0130) and routines that bound their lock
+// waits (ADR 0135).
+const SchemaVersion = 3
 
 // Installed is what a namespace's schema table records: its version, and
 // the oldest code version whose routines it still serves (a migration

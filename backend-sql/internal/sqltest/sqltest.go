@@ -34,6 +34,15 @@ type Harness struct {
 	// LockSession holds the lock of the session's row in another
 	// transaction until unlock is called.
 	LockSession func(t *testing.T, prefix string, id driver.ID) (unlock func())
+	// NewCutOff returns a backend in the namespace prefix (schema created,
+	// dropped when t ends) whose client, when a call's context ends,
+	// stops waiting without telling the server, as a client cut off from
+	// it would: PostgreSQL sends no cancel request; MySQL's driver never
+	// does.
+	NewCutOff func(t *testing.T, prefix string) driver.Backend
+	// Busy counts the server's statements of the namespace prefix still
+	// running (waiting on a lock, say), other than the caller's.
+	Busy func(t *testing.T, prefix string) int
 }
 
 // FreshPrefix returns a table prefix no other test uses.
@@ -59,6 +68,45 @@ func Run(t *testing.T, h Harness) {
 	t.Run("RenewAfterLockWaitDoesNotRevive", func(t *testing.T) { lockWait(t, h) })
 	t.Run("RenewIsOneRoundTrip", func(t *testing.T) { oneRoundTrip(t, h) })
 	t.Run("ClosedAfterShutdown", func(t *testing.T) { closedAfterShutdown(t, h) })
+	t.Run("AbandonedCallEndsInTheDatabase", func(t *testing.T) { abandoned(t, h) })
+}
+
+// A call whose client gave up (its deadline passed and the server was not
+// told) fails in the database within its bound, the caller's deadline,
+// instead of waiting for a lock and committing long after, when its reply
+// reaches no one (ADR 0135). Here an Acquire waits for its session's row,
+// which another transaction holds.
+func abandoned(t *testing.T, h Harness) {
+	prefix := FreshPrefix()
+	b := h.NewCutOff(t, prefix)
+	id := Open(t, b, time.Minute)
+	unlock := h.LockSession(t, prefix, id)
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
+	const bound = 1500 * time.Millisecond
+	ctx, cancel := context.WithTimeout(Ctx(t), bound)
+	start := time.Now()
+	_, err := b.Acquire(ctx, driver.AcquireRequest{ID: id, Names: []string{"x"}})
+	cancel()
+	if err == nil {
+		t.Fatal("Acquire succeeded while its session's row was locked by another transaction")
+	}
+	for n := h.Busy(t, prefix); n > 0; n = h.Busy(t, prefix) {
+		if since := time.Since(start); since > bound+1500*time.Millisecond {
+			t.Fatalf("%v after an Acquire with a deadline of %v, %d of its statements still run in the database (the client gave up at once: %v)", since, bound, n, err)
+		}
+		<-time.After(20 * time.Millisecond) // the server's side must end by itself
+	}
+	unlock()
+	locked = false
+	hs, err := b.(driver.Inspector).Inspect(Ctx(t), driver.InspectRequest{Names: []string{"x"}})
+	if err != nil || len(hs) != 0 {
+		t.Fatalf("after the lock was released: holders of x = %+v, %v; the abandoned Acquire must not have committed", hs, err)
+	}
 }
 
 // After the backend value is shut down, every call fails with ErrClosed.

@@ -28,6 +28,10 @@ var catalogue = []Mutation{
 		Old: "if c.MinBackoff >= v-c.RenewInterval {", New: "if false {",
 		Catch: "deadline TestValidate (defect 9)"},
 
+	{Name: "owner-too-long-accepted", File: "deadline/owner.go",
+		Old: "if len(identity) > MaxIdentityLen {", New: "if false {",
+		Catch: "deadline TestValidateOwner (an identity of 129 bytes)"},
+
 	// --- term
 	{Name: "valid-ignores-revocation", File: "term/term.go",
 		Old: "\tif ended {\n\t\treturn 0\n\t}\n", New: "\t_ = ended\n",
@@ -111,6 +115,21 @@ var catalogue = []Mutation{
 		Old: "s.inc = nil // ID is empty once Closed", New: "",
 		Catch: "session TestIDIsEmptyAfterClose (defect 10)"},
 
+	// --- the data-loss quarantine (ADR 0130): the memory backend the
+	// simulation runs on must keep it, or exclusion breaks after a loss
+	{Name: "grant-in-announced-quarantine-accepted", File: "session/engine.go",
+		Old: "if quarantined != nil && res.Token != 0 {", New: "if false && res.Token != 0 {",
+		Catch: "session TestGrantInsideAnnouncedQuarantineIsAViolation"},
+	{Name: "quarantine-event-every-tick", File: "session/engine.go",
+		Old: "if latest && !s.quarantined {", New: "if latest {",
+		Catch: "session TestQuarantineIsOneEventAndRefusesWithErrQuarantined"},
+	{Name: "memory-quarantine-ignored", File: "session/memory/store.go",
+		Old: "return max(s.quarantineUntil.Sub(now), 0)", New: "return 0",
+		Catch: "session TestQuarantineIsOneEventAndRefusesWithErrQuarantined; simulation (two valid terms after a data loss)"},
+	{Name: "memory-quarantine-shorter-than-max-lease", File: "session/memory/store.go",
+		Old: "s.quarantineUntil = now.Add(s.cfg.maxLease)", New: "s.quarantineUntil = now.Add(s.cfg.maxLease / 2)",
+		Catch: "session TestQuarantineIsOneEventAndRefusesWithErrQuarantined (a term within one lease of the loss); simulation (two valid terms)"},
+
 	// --- election: handover and callbacks
 	{Name: "onrevoked-before-release-answers", File: "election/election.go",
 		Old: "e.c.Release(reason, after)", New: "e.c.Release(reason, nil)\n\t\t\tafter()",
@@ -130,12 +149,17 @@ var catalogue = []Mutation{
 	{Name: "cooldown-ignored", File: "election/election.go",
 		Old: "\te.status = Cooldown\n\te.c.Want(false)\n", New: "\te.status = Cooldown\n",
 		Catch: "election TestStepDownCooldown; simulation (won during a cooldown)"},
-	{Name: "refused-onrevoked-dropped", File: "election/election.go",
-		Old: "refused: func(error) { e.queue.inside(true, run) }", New: "refused: func(error) {}",
-		Catch: "election TestRefusedOnRevokedIsStillDelivered (defect 4); simulation (pairing)"},
+	{Name: "refused-onrevoked-dropped", File: "internal/serial/serial.go",
+		Old: "refused: func(error) { q.Inside(true, run) }", New: "refused: func(error) {}",
+		Catch: "election TestRefusedOnRevokedIsStillDelivered (defect 4); group TestRefusedOnRevokedRunsInPlace; simulations (pairing)"},
 	{Name: "single-term-refusal-cools-down", File: "election/election.go",
 		Old: "if e.oneTerm { // single-term is terminal", New: "if false { // single-term is terminal",
 		Catch: "election TestSingleTermIsTerminal/refused (defect 8)"},
+
+	// --- the election simulation's checker: a checker too lenient must be caught too
+	{Name: "sim-handover-skips-valid-older-term", File: "election/sim_test.go",
+		Old: "if cb.t.Token() < t.t.Token() && !cb.t.Valid() {", New: "if cb.t.Token() < t.t.Token() {",
+		Catch: "election TestHandoverCheckSkipsOnlyEndedOlderTerms", Modules: []string{"election"}},
 
 	// --- group: partition groups (docs/mutation-group.md)
 	{Name: "group-quota-extras-to-smallest", File: "group/assign.go",
@@ -159,6 +183,20 @@ var catalogue = []Mutation{
 	{Name: "group-wantall-one-by-one", File: "session/hooks.go",
 		Old: "\ts.holdPump = true\n", New: "",
 		Catch: "session TestWantAllIsOneAcquire", Modules: []string{"session"}},
+	{Name: "group-join-twice-on-one-session", File: "group/group.go",
+		Old: "if e.Name == g.memberName() {", New: "if true {",
+		Catch: "group TestJoinValidates (a second Join under another member ID), TestConcurrentJoinsOfOneGroupOnOneSessionMakeOneMember", Modules: []string{"group"}},
+	{Name: "group-stepdown-keeps-member-record", File: "group/stepdown.go",
+		Old: "\t\tg.member.Release(term.SteppedDown, nil)\n\t\tg.stepped", New: "\t\tg.stepped",
+		Catch: "group TestStepDownHandsOverAndComesBack (the others keep counting the member: nobody takes its partitions)", Modules: []string{"group"}},
+	{Name: "paced-notices-answered-one-each", File: "session/engine.go",
+		Old: "if c.paced {", New: "if false {",
+		Catch: "session TestPacedNoticesAreOneAcquirePerWindow (20 calls instead of 2)", Modules: []string{"session"}},
+
+	// --- session: a backend call on the caller's goroutine (issue 11)
+	{Name: "inline-call-ignores-caller-ctx", File: "session/session.go",
+		Old: "stop := context.AfterFunc(ctx, c.abandon)", New: "stop := func() bool { return c == nil }",
+		Catch: "lock TestTryAcquireGivesUpItsFirstAttemptWithContext", Modules: []string{"lock"}},
 
 	// --- session: the shorter-lease warning (issue 10)
 	{Name: "nominal-hides-clamped-grant", File: "session/engine.go",

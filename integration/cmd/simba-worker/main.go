@@ -4,6 +4,10 @@
 // its elections, revocations and every act it makes as leader. The
 // controller pauses, kills and restarts it, and faultcheck checks the logs.
 //
+// -group N makes it a member of the group "chaos" of N partitions instead:
+// it logs the same events per partition (Event.Lease names the partition's
+// lease), and faultcheck checks each partition as an election.
+//
 // -misbehave makes it break the rules on purpose, to show the checker
 // catches it: "late" keeps acting for two leases after its term was
 // revoked, "overclaim" logs ten times the validity its term has.
@@ -34,6 +38,7 @@ import (
 	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/election"
+	"github.com/simba-go/simba/group"
 	"github.com/simba-go/simba/integration/faultcheck"
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/term"
@@ -75,6 +80,7 @@ func run() error {
 		renew     = flag.Duration("renew", 600*time.Millisecond, "renew interval")
 		every     = flag.Duration("every", 50*time.Millisecond, "act interval")
 		misbehave = flag.String("misbehave", "", `"late" or "overclaim": break the rules on purpose`)
+		parts     = flag.Int("group", 0, "join the group \"chaos\" of this many partitions instead of contending for the election")
 	)
 	flag.Parse()
 	f, err := os.OpenFile(*out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -99,7 +105,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	act := func(tm *term.Term) {
+	act := func(tm *term.Term, lease string) {
 		t0 := faultcheck.Now() // read before checking the term
 		rem := tm.Remaining()
 		if *misbehave == "overclaim" {
@@ -108,7 +114,27 @@ func run() error {
 		if rem <= 0 {
 			return
 		}
-		lg.log(faultcheck.Event{Kind: faultcheck.Act, T: t0, Token: tm.Token(), Until: t0 + int64(rem)})
+		lg.log(faultcheck.Event{Kind: faultcheck.Act, T: t0, Token: tm.Token(), Until: t0 + int64(rem), Lease: lease})
+	}
+	loop := func(ctx context.Context, tm *term.Term, lease string) error {
+		tick := time.NewTicker(*every)
+		defer tick.Stop()
+		for {
+			act(tm, lease)
+			select {
+			case <-ctx.Done():
+				lg.log(faultcheck.Event{Kind: faultcheck.Returned, T: faultcheck.Now(), Token: tm.Token(), Lease: lease})
+				return nil
+			case <-tick.C:
+			}
+		}
+	}
+	if *parts > 0 {
+		return runGroup(ctx, s, lg, *parts, loop, func(tm *term.Term) {
+			if *misbehave == "late" {
+				go lateActs(lg, tm, *lease, *every, tm.Name())
+			}
+		})
 	}
 	e, err := election.Start(s, "chaos",
 		election.WithListener(election.Funcs{
@@ -118,30 +144,11 @@ func run() error {
 			Revoked: func(tm *term.Term, r term.RevokeReason) {
 				lg.log(faultcheck.Event{Kind: faultcheck.Revoked, T: faultcheck.Now(), Token: tm.Token(), Reason: r.String()})
 				if *misbehave == "late" {
-					// Ignore the revocation: act on for two leases as if
-					// the term had a full lease left.
-					go func() {
-						for range int(2 * *lease / *every) {
-							t0 := faultcheck.Now()
-							lg.log(faultcheck.Event{Kind: faultcheck.Act, T: t0, Token: tm.Token(), Until: t0 + int64(*lease)})
-							time.Sleep(*every)
-						}
-					}()
+					go lateActs(lg, tm, *lease, *every, "")
 				}
 			},
 		}),
-		election.RunWhileLeader(func(ctx context.Context, tm *term.Term) error {
-			tick := time.NewTicker(*every)
-			defer tick.Stop()
-			for {
-				act(tm)
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-tick.C:
-				}
-			}
-		}))
+		election.RunWhileLeader(func(ctx context.Context, tm *term.Term) error { return loop(ctx, tm, "") }))
 	if err != nil {
 		_ = s.Close()
 		return err
@@ -151,6 +158,42 @@ func run() error {
 	_ = s.Close()
 	lg.log(faultcheck.Event{Kind: faultcheck.Exit, T: faultcheck.Now()})
 	return nil
+}
+
+// runGroup is the worker as a member of the group "chaos": it logs every
+// partition's OnAssigned, OnRevoked and acts, each with the partition's
+// lease name, and leaves the group on SIGTERM.
+func runGroup(ctx context.Context, s *session.Session, lg *logger, n int, loop func(context.Context, *term.Term, string) error, revoked func(*term.Term)) error {
+	g, err := group.Join(s, "chaos", n,
+		group.WithListener(group.Funcs{
+			Assigned: func(p int, tm *term.Term) {
+				lg.log(faultcheck.Event{Kind: faultcheck.Elected, T: faultcheck.Now(), Token: tm.Token(), Lease: tm.Name()})
+			},
+			Revoked: func(p int, tm *term.Term, r term.RevokeReason) {
+				lg.log(faultcheck.Event{Kind: faultcheck.Revoked, T: faultcheck.Now(), Token: tm.Token(), Reason: r.String(), Lease: tm.Name()})
+				revoked(tm)
+			},
+		}),
+		group.RunWhileOwner(func(ctx context.Context, _ int, tm *term.Term) error { return loop(ctx, tm, tm.Name()) }))
+	if err != nil {
+		_ = s.Close()
+		return err
+	}
+	<-ctx.Done()
+	_ = g.Close()
+	_ = s.Close()
+	lg.log(faultcheck.Event{Kind: faultcheck.Exit, T: faultcheck.Now()})
+	return nil
+}
+
+// lateActs is the "late" misbehaviour: it ignores a revocation and acts on
+// for two leases as if the term had a full lease left.
+func lateActs(lg *logger, tm *term.Term, lease, every time.Duration, name string) {
+	for range int(2 * lease / every) {
+		t0 := faultcheck.Now()
+		lg.log(faultcheck.Event{Kind: faultcheck.Act, T: t0, Token: tm.Token(), Until: t0 + int64(lease), Lease: name})
+		time.Sleep(every)
+	}
 }
 
 // open builds the backend client. The ZooKeeper backend's MaxLease (its
