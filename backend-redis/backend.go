@@ -47,6 +47,9 @@ type Backend struct {
 
 	checkMu sync.Mutex
 	checked bool // CheckServer passed (checkOnce)
+
+	hintMu sync.Mutex
+	hints  map[string]driver.ID // name → its owner when last seen, see Acquire
 }
 
 var (
@@ -60,6 +63,26 @@ type Option func(*options)
 type options struct {
 	subscribeTimeout time.Duration
 	log              *slog.Logger
+	maxLease         time.Duration
+}
+
+// DefaultMaxLease is the longest lease a [Backend] grants unless
+// [WithMaxLease] says otherwise: twice the engine's default lease
+// (deadline.DefaultLeaseDuration, 15 s), and the length of the quarantine
+// after a data loss.
+const DefaultMaxLease = 30 * time.Second
+
+// WithMaxLease caps the lease of every session the backend opens and
+// renews at d, rounded up to whole milliseconds. It is also the length of
+// the quarantine after the namespace loses its records (ADR 0130): one
+// maximum lease, on the Redis clock, in which no lease is granted, so that
+// every term granted before the loss has ended on its holder's clock. Every
+// process of a namespace must use the same value (or none with a larger
+// one): the quarantine one process starts must outlast the leases all of
+// them grant. Zero means [DefaultMaxLease]; a shorter cap makes a data
+// loss cheaper, a longer one allows longer session leases.
+func WithMaxLease(d time.Duration) Option {
+	return func(o *options) { o.maxLease = d }
 }
 
 // WithLogger sets the logger of the server check the first Open runs
@@ -102,7 +125,13 @@ func New(rdb redis.UniversalClient, ns string, opts ...Option) (*Backend, error)
 	if o.subscribeTimeout <= 0 {
 		return nil, fmt.Errorf("redissimba: subscribe timeout %v, want > 0", o.subscribeTimeout)
 	}
-	return &Backend{rdb: rdb, ns: ns, keys: newKeys(ns), opts: o}, nil
+	switch {
+	case o.maxLease == 0:
+		o.maxLease = DefaultMaxLease
+	case o.maxLease < 0:
+		return nil, fmt.Errorf("redissimba: WithMaxLease(%v): want ≥ 0 (0 means %v)", o.maxLease, DefaultMaxLease)
+	}
+	return &Backend{rdb: rdb, ns: ns, keys: newKeys(ns), opts: o, hints: map[string]driver.ID{}}, nil
 }
 
 // checkClient refuses clients that ignore context deadlines: the engine
@@ -133,7 +162,9 @@ func (b *Backend) Namespace() string {
 }
 
 // Open opens a session with a random 128-bit id from crypto/rand. The
-// lease is rounded up to whole milliseconds, the unit of PEXPIRE.
+// lease is rounded up to whole milliseconds, the unit of PEXPIRE, and
+// capped at the maximum lease ([WithMaxLease]). Open works during a
+// quarantine: the session waits like any candidate.
 func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.OpenReply, error) {
 	if req.LeaseDuration <= 0 {
 		return driver.OpenReply{}, fmt.Errorf("redissimba: open: lease duration %v, want > 0", req.LeaseDuration)
@@ -141,7 +172,7 @@ func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.Open
 	if err := b.checkOnce(ctx); err != nil {
 		return driver.OpenReply{}, fmt.Errorf("redissimba: open: %w", err)
 	}
-	ms := (req.LeaseDuration + time.Millisecond - 1) / time.Millisecond
+	ms := min(millis(req.LeaseDuration), b.maxLeaseMS())
 	var raw [16]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return driver.OpenReply{}, fmt.Errorf("redissimba: open: session id: %w", err)
@@ -158,6 +189,13 @@ func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.Open
 	return driver.OpenReply{ID: id, Remaining: pttl(ttl)}, nil
 }
 
+// millis rounds d up to whole milliseconds.
+func millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func (b *Backend) maxLeaseMS() int64 { return millis(b.opts.maxLease) }
+
 // pttl turns a PTTL reply into a duration; a negative reply (no key, no
 // expiry) means nothing is left.
 func pttl(ms int64) time.Duration {
@@ -171,15 +209,15 @@ func expired(op string, id driver.ID) error {
 	return fmt.Errorf("redissimba: %s: session %s: %w", op, id, driver.ErrExpired)
 }
 
-// Renew extends the session by its lease with one script call, whatever
-// the number of leases it owns. The reply lists the owned leases only when
-// their version differs from req.KnownVersion.
+// Renew extends the session by its lease (capped at the maximum lease) with
+// one script call, whatever the number of leases it owns. The reply lists
+// the owned leases only when their version differs from req.KnownVersion.
 func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
 	if !validID(req.ID) {
 		return driver.RenewReply{}, expired("renew", req.ID)
 	}
 	res, err := renewScript.Run(ctx, b.rdb, []string{b.keys.session + string(req.ID)},
-		strconv.FormatUint(req.KnownVersion, 10)).Result()
+		strconv.FormatUint(req.KnownVersion, 10), b.maxLeaseMS()).Result()
 	if err != nil {
 		return driver.RenewReply{}, fmt.Errorf("redissimba: renew: %w", err)
 	}
@@ -238,46 +276,146 @@ func parseRenew(res any) (driver.RenewReply, error) {
 
 // Acquire tries every valid name in one script call. Invalid names get a
 // result whose Err wraps deadline.ErrInvalidName and are not sent.
+//
+// The script declares every key it reads (ADR 0131), so a lease owned by
+// another session needs that session's key in the call: the backend keeps
+// the owner it last saw per name and declares its key. A free name (the
+// uncontended case) needs none. When a name's owner is not the expected one,
+// the script answers with the owner and the backend asks again for those
+// names with its key: at most [acquireTries] calls, after which a name whose
+// owner keeps changing is answered as not acquired.
+//
+// During a quarantine after data loss (ADR 0130) the reply's Quarantine is
+// the time left and no name is granted.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	if !validID(req.ID) {
 		return driver.AcquireReply{}, expired("acquire", req.ID)
 	}
 	results := make([]driver.AcquireResult, len(req.Names))
-	ks := make([]string, 2, len(req.Names)+2)
-	ks[0], ks[1] = b.keys.session+string(req.ID), b.keys.names
-	args := make([]any, 2, len(req.Names)+2)
-	args[0], args[1] = string(req.ID), b.keys.session
-	sent := make([]int, 0, len(req.Names)) // indexes of results sent to Redis
+	pending := make([]int, 0, len(req.Names)) // indexes of results to send
 	for i, name := range req.Names {
 		results[i].Name = name
 		if err := deadline.ValidateName(name); err != nil {
 			results[i].Err = err
 			continue
 		}
-		ks = append(ks, b.keys.lease+name)
-		args = append(args, name)
-		sent = append(sent, i)
+		pending = append(pending, i)
 	}
-	res, err := acquireScript.Run(ctx, b.rdb, ks, args...).Result()
-	if err != nil {
-		return driver.AcquireReply{}, fmt.Errorf("redissimba: acquire: %w", err)
-	}
-	if n, ok := res.(int64); ok && n < 0 {
-		return driver.AcquireReply{}, expired("acquire", req.ID)
-	}
-	toks, ok := res.([]any)
-	if !ok || len(toks) != len(sent) {
-		return driver.AcquireReply{}, fmt.Errorf("redissimba: acquire: unexpected reply %T with %d of %d tokens", res, len(toks), len(sent))
-	}
-	for j, i := range sent {
-		s, _ := toks[j].(string)
-		tok, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return driver.AcquireReply{}, fmt.Errorf("redissimba: acquire: bad token %q for %q", s, req.Names[i])
+	for try := 1; len(pending) > 0; try++ {
+		var q time.Duration
+		var err error
+		if pending, q, err = b.acquire(ctx, req, results, pending, try == acquireTries); err != nil {
+			return driver.AcquireReply{}, err
 		}
-		results[i].Token = tok
+		if q > 0 {
+			for i := range results {
+				results[i].Token = 0
+			}
+			return driver.AcquireReply{Results: results, Quarantine: q}, nil
+		}
 	}
 	return driver.AcquireReply{Results: results}, nil
+}
+
+// acquireTries bounds the script calls of one Acquire: the first, and
+// retries for names whose owner changed since the backend last saw it.
+const acquireTries = 3
+
+// acquire runs the acquire script once for results[pending] and returns
+// the indexes to try again (owner not declared), or the quarantine. On the
+// last try, names to try again are left with token 0.
+func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest, results []driver.AcquireResult, pending []int, lastTry bool) ([]int, time.Duration, error) {
+	n := len(pending)
+	ks := make([]string, 3, 3+n)
+	ks[0], ks[1], ks[2] = b.keys.session+string(req.ID), b.keys.names, b.keys.epoch
+	args := make([]any, 4, 4+2*n)
+	args[0], args[1], args[2], args[3] = string(req.ID), b.keys.session, b.maxLeaseMS(), n
+	for _, i := range pending {
+		ks = append(ks, b.keys.lease+req.Names[i])
+		args = append(args, req.Names[i])
+	}
+	b.hintMu.Lock()
+	for _, i := range pending {
+		owner, ok := b.hints[req.Names[i]]
+		if !ok || owner == req.ID {
+			args = append(args, 0)
+			continue
+		}
+		ks = append(ks, b.keys.session+string(owner))
+		args = append(args, len(ks)) // Lua's KEYS index is 1-based
+	}
+	b.hintMu.Unlock()
+	res, err := acquireScript.Run(ctx, b.rdb, ks, args...).Result()
+	if err != nil {
+		return nil, 0, fmt.Errorf("redissimba: acquire: %w", err)
+	}
+	if n, ok := res.(int64); ok && n == -1 {
+		return nil, 0, expired("acquire", req.ID)
+	}
+	out, ok := res.([]any)
+	if ok && len(out) == 2 {
+		if code, isInt := out[0].(int64); isInt {
+			ms, _ := out[1].(int64)
+			if code != -2 || ms <= 0 {
+				return nil, 0, fmt.Errorf("redissimba: acquire: unexpected quarantine reply %v", out)
+			}
+			return nil, time.Duration(ms) * time.Millisecond, nil
+		}
+	}
+	if !ok || len(out) != n {
+		return nil, 0, fmt.Errorf("redissimba: acquire: unexpected reply %T with %d of %d results", res, len(out), n)
+	}
+	var again []int
+	b.hintMu.Lock()
+	defer b.hintMu.Unlock()
+	if len(b.hints) > maxHints {
+		clear(b.hints) // hints only save a call; keep their memory bounded
+	}
+	for j, i := range pending {
+		s, _ := out[j].(string)
+		name := req.Names[i]
+		switch {
+		case strings.HasPrefix(s, "-"), strings.HasPrefix(s, "?"):
+			owner := driver.ID(s[1:])
+			if !validID(owner) {
+				return nil, 0, fmt.Errorf("redissimba: acquire: bad owner %q for %q", s, name)
+			}
+			b.hints[name] = owner
+			if s[0] == '?' && !lastTry {
+				again = append(again, i)
+			}
+		default:
+			tok, err := strconv.ParseUint(s, 10, 64)
+			if err != nil || tok == 0 {
+				return nil, 0, fmt.Errorf("redissimba: acquire: bad token %q for %q", s, name)
+			}
+			results[i].Token = tok
+			delete(b.hints, name)
+		}
+	}
+	return again, 0, nil
+}
+
+// maxHints bounds the owners an Acquire remembers.
+const maxHints = 1 << 14
+
+// Init creates the namespace's epoch record (ADR 0130) with no quarantine
+// if it is missing, and does nothing if it is there. A namespace whose
+// epoch is missing cannot be told from one that lost its records, so
+// without Init the first Acquire of a new namespace starts a quarantine of
+// one maximum lease ([WithMaxLease]) in which no lease is granted.
+//
+// Call it only for a namespace never used before: a first deployment, a
+// test. Called after a data loss (a FLUSHALL, a restart without
+// persistence) before any Acquire noticed the loss, it disables that
+// quarantine, and a session that still believes in a term from before the
+// loss may overlap a new holder. Called during a quarantine it does
+// nothing: the epoch is there.
+func (b *Backend) Init(ctx context.Context) error {
+	if err := initScript.Run(ctx, b.rdb, []string{b.keys.epoch}).Err(); err != nil {
+		return fmt.Errorf("redissimba: init namespace %s: %w", b.ns, err)
+	}
+	return nil
 }
 
 // Release frees the leases the session owns under the given tokens in one
@@ -304,17 +442,46 @@ func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error 
 	return nil
 }
 
-// Close deletes the session and frees every lease it still owns in one
-// script call, publishing their names. Closing an expired or unknown
-// session is not an error.
+// Close deletes the session and frees every lease it still owns,
+// publishing their names. Closing an expired or unknown session is not an
+// error. A session that owns nothing closes in one script call; one that
+// owns leases takes a second, which declares their keys (ADR 0131).
 func (b *Backend) Close(ctx context.Context, id driver.ID) error {
 	if !validID(id) {
 		return nil
 	}
-	err := closeScript.Run(ctx, b.rdb, []string{b.keys.session + string(id)},
-		string(id), b.keys.lease, b.keys.channel).Err()
-	if err != nil {
-		return fmt.Errorf("redissimba: close: %w", err)
+	var names []string
+	for try := 0; ; try++ {
+		ks := make([]string, 1, len(names)+1)
+		ks[0] = b.keys.session + string(id)
+		args := make([]any, 2, len(names)+2)
+		args[0], args[1] = string(id), b.keys.channel
+		for _, n := range names {
+			ks = append(ks, b.keys.lease+n)
+			args = append(args, n)
+		}
+		res, err := closeScript.Run(ctx, b.rdb, ks, args...).Result()
+		if err != nil {
+			return fmt.Errorf("redissimba: close: %w", err)
+		}
+		more, ok := res.([]any)
+		if !ok {
+			return nil
+		}
+		if try == closeTries {
+			return fmt.Errorf("redissimba: close: session %s: its owned set kept changing over %d calls", id, closeTries)
+		}
+		names = names[:0]
+		for _, f := range more[1:] {
+			n, _ := f.(string)
+			if deadline.ValidateName(n) != nil {
+				return fmt.Errorf("redissimba: close: session %s lists %q, not a lease name", id, n)
+			}
+			names = append(names, n)
+		}
 	}
-	return nil
 }
+
+// closeTries bounds the retries of one Close; the engine stops acquiring
+// before it closes, so the owned set changes only by a racing call.
+const closeTries = 3

@@ -18,13 +18,16 @@ const minMajor = 5
 
 // CheckServer reads the server's version and configuration, as the first
 // Open does, and returns what an operator should fix: an eviction policy
-// other than noeviction (an evicted session or lease key is data loss) and
-// no persistence (a restart loses every lease). A server older than 5.0 is
+// other than noeviction (an evicted session or lease key is data loss the
+// quarantine does not see), no persistence (a restart loses every lease:
+// the quarantine then refuses every lease for one maximum lease), and
+// replicas without min-replicas-to-write (a failover to a replica that
+// missed writes is data loss the quarantine does not see either). A server older than 5.0 is
 // an error wrapping [ErrServerUnsupported]. Settings the server refuses to
 // show (CONFIG disabled, as on some managed services) are reported as
 // warnings to check by hand.
 func (b *Backend) CheckServer(ctx context.Context) (warnings []string, err error) {
-	info, err := b.rdb.Info(ctx, "server", "persistence").Result()
+	info, err := b.rdb.Info(ctx, "server", "persistence", "replication").Result()
 	if err != nil {
 		return nil, fmt.Errorf("redissimba: check server: %w", err)
 	}
@@ -35,14 +38,19 @@ func (b *Backend) CheckServer(ctx context.Context) (warnings []string, err error
 	if p, err := b.config(ctx, "maxmemory-policy"); err != nil {
 		warnings = append(warnings, fmt.Sprintf("cannot read maxmemory-policy (%v): make sure it is noeviction", err))
 	} else if p != "noeviction" {
-		warnings = append(warnings, fmt.Sprintf("maxmemory-policy is %s: under memory pressure Redis may evict session and lease keys, which is data loss; set noeviction", p))
+		warnings = append(warnings, fmt.Sprintf("maxmemory-policy is %s: under memory pressure Redis may evict session and lease keys, which is data loss the quarantine does not detect unless the epoch key goes too; set noeviction", p))
 	}
 	save, err := b.config(ctx, "save")
 	switch {
 	case err != nil:
 		warnings = append(warnings, fmt.Sprintf("cannot read the save setting (%v): make sure Redis persists its data", err))
 	case fields["aof_enabled"] != "1" && strings.TrimSpace(save) == "":
-		warnings = append(warnings, "no persistence (appendonly no, save \"\"): a restart loses every session and lease, as a FLUSHALL would")
+		warnings = append(warnings, fmt.Sprintf("no persistence (appendonly no, save \"\"): a restart loses every session and lease, as a FLUSHALL would, and the quarantine then grants no lease for one maximum lease (%v)", b.opts.maxLease))
+	}
+	if n, _ := strconv.Atoi(fields["connected_slaves"]); fields["role"] == "master" && n > 0 {
+		if m, err := b.config(ctx, "min-replicas-to-write"); err == nil && strings.TrimSpace(m) == "0" {
+			warnings = append(warnings, fmt.Sprintf("%d replica(s) and min-replicas-to-write 0: a failover to a replica that missed writes is data loss the quarantine does not detect (the epoch key survives there); set min-replicas-to-write 1 and min-replicas-max-lag well under the lease", n))
+		}
 	}
 	return warnings, nil
 }

@@ -3,6 +3,7 @@ package redissimba_test
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -44,11 +45,20 @@ func TestServerCheckWarns(t *testing.T) {
 			"WARN redissimba: no persistence",
 		}},
 		{"noeviction, AOF", []string{"--maxmemory-policy", "noeviction"}, nil},
+		{"a replica, min-replicas-to-write 0", []string{"--maxmemory-policy", "noeviction", "--repl-diskless-sync-delay", "0"}, []string{
+			"WARN redissimba: 1 replica(s) and min-replicas-to-write 0",
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := startServer(t, tc.args...)
 			c := dial(t, redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true}), "private server")
-			if tc.want == nil { // startServer turns persistence off: turn AOF on
+			if strings.Contains(tc.name, "replica") {
+				startServer(t, "--replicaof", "127.0.0.1", strconv.Itoa(srv.port))
+				if n, err := c.Do(ctxT(t), "WAIT", 1, 5000).Int(); err != nil || n != 1 {
+					t.Fatalf("WAIT 1: %d, %v", n, err)
+				}
+			}
+			if tc.want == nil || strings.Contains(tc.name, "AOF") || strings.Contains(tc.name, "replica") { // startServer turns persistence off: turn AOF on
 				if err := c.ConfigSet(ctxT(t), "appendonly", "yes").Err(); err != nil {
 					t.Fatal(err)
 				}

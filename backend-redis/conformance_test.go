@@ -19,12 +19,20 @@ const kitLease = 2 * time.Second
 
 // kitConfig runs the kit with one new Redis client (and Backend) per kit
 // client, as separate processes would have. dial returns a new client.
+// Backends cap leases at the kit's lease (so a quarantine lasts one kit
+// lease), and the kit initialises each namespace with Init before its
+// first client, except in the case that checks a new namespace's
+// quarantine.
 func kitConfig(dial func(t *testing.T) redis.UniversalClient) backendtest.Config {
 	return backendtest.Config{
 		NewBackend: func(t *testing.T, ns string) driver.Backend {
-			return newBackend(t, dial(t), ns)
+			return newUninitialised(t, dial(t), ns, redissimba.WithMaxLease(kitLease))
 		},
-		Lease: kitLease,
+		Lease:    kitLease,
+		MaxLease: kitLease,
+		Init: func(t *testing.T, ns string) {
+			newBackend(t, dial(t), ns) // newBackend calls Init
+		},
 	}
 }
 

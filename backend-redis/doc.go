@@ -8,6 +8,7 @@
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	b, err := redissimba.New(rdb, "billing")
+//	err = b.Init(ctx) // once, for a namespace never used before
 //
 // Every operation is one Lua script, called by SHA (go-redis reloads it
 // on NOSCRIPT), so it is atomic on the server. Every key of a namespace
@@ -26,6 +27,22 @@
 //	                     (absent when free), "t" the last token handed out
 //	                     for the name. Never expires, so tokens keep rising.
 //	simba:{ns}:rel       pub/sub channel: space-separated released names.
+//	simba:{ns}:epoch     string: "0", or the end of a quarantine in µs of
+//	                     Redis TIME. Created by [Backend.Init], or by the
+//	                     first Acquire that finds it missing.
+//	simba:{ns}:names     sorted set: every name ever won (inspection).
+//
+// Every key a script touches is declared in KEYS, also those a script
+// learns while running (an owner's session, the leases a session owns),
+// so a Redis Cluster slot migration never makes a live key look missing.
+//
+// Quarantine after data loss: the acquire script reads the epoch in the
+// script that grants. Missing (a FLUSHALL, a restart without persistence),
+// it is recreated with a quarantine of one maximum lease ([WithMaxLease],
+// default [DefaultMaxLease], which also caps every session's lease), and no
+// lease is granted until it ends, so no term granted before the loss can
+// overlap a new one. A new namespace looks the same: call [Backend.Init]
+// once, at its first deployment.
 //
 // Fencing tokens are max(last token + 1, Redis TIME in microseconds): they
 // rise strictly per name, and keep rising when Redis loses its data

@@ -212,24 +212,65 @@ func TestEngineRedisPaused(t *testing.T) {
 	}
 }
 
+// TestEngineRedisRestartedEmpty is issue 10's case: two processes contend
+// for x, and Redis restarts without its data while one of them leads. The
+// quarantine (ADR 0130) holds every grant back until the old leader's
+// belief has ended: no new term before the last successful renewal's send
+// time plus the remaining time Redis gave it, a bound on the old term's
+// local deadline. Without the quarantine the other process won at once,
+// while the old leader still believed in its term for up to one lease.
 func TestEngineRedisRestartedEmpty(t *testing.T) {
 	srv := startServer(t)
-	b := newBackend(t, srv.client(srv.addr()), namespace(t))
+	ns := namespace(t)
 	cfg := deadline.Config{LeaseDuration: 2 * time.Second, RenewInterval: 500 * time.Millisecond}
-	s, rec, _ := startEngine(t, b, cfg, "x")
-	tm := rec.awaitWon(t, 5*time.Second)
-	before := s.ID()
+	capped := redissimba.WithMaxLease(cfg.LeaseDuration)
+	a := &observed{Backend: newBackend(t, srv.client(srv.addr()), ns, capped)}
+	sa, recA, evA := startEngine(t, a, cfg, "x")
+	tm := recA.awaitWon(t, 5*time.Second)
+	_, recB, evB := startEngine(t, newBackend(t, srv.client(srv.addr()), ns, capped), cfg, "x")
+	before := sa.ID()
 
 	srv.restartEmpty()
-	if reason := rec.awaitLost(t, 3*time.Second); reason != term.SessionExpired && reason != term.DeadlinePassed {
+	restarted := time.Now()
+	if reason := recA.awaitLost(t, 3*time.Second); reason != term.SessionExpired && reason != term.DeadlinePassed {
 		t.Fatalf("term ended with %v after the restart, want SESSION_EXPIRED", reason)
 	}
-	next := rec.awaitWon(t, 5*time.Second)
+	believedUntil := a.redisFreesAfter() // the old term's deadline is before this
+	var next *term.Term
+	select {
+	case next = <-recA.won:
+	case next = <-recB.won:
+	case <-time.After(time.Until(restarted) + 3*cfg.LeaseDuration):
+		t.Fatal("no new term within three leases of the restart")
+	}
+	wonAt := time.Now()
+	if !wonAt.After(believedUntil) {
+		t.Fatalf("new term (token %d) won %v before the old leader's belief could end: two leaders", next.Token(), believedUntil.Sub(wonAt))
+	}
+	t.Logf("new term %v after the restart, %v after the old belief's bound", wonAt.Sub(restarted), wonAt.Sub(believedUntil))
 	if next.Token() <= tm.Token() {
 		t.Fatalf("token after the restart without data = %d, want > %d", next.Token(), tm.Token())
 	}
-	if s.ID() == before {
+	if sa.ID() == before {
 		t.Fatalf("session id %s reused after the data loss", before)
+	}
+	quarantined := func(ev events) bool {
+		for {
+			select {
+			case e := <-ev:
+				if e.Kind == session.BackendQuarantined {
+					if !errors.Is(e.Err, session.ErrQuarantined) || e.Remaining <= 0 || e.Remaining > cfg.LeaseDuration {
+						t.Errorf("BackendQuarantined %+v: want Err wrapping ErrQuarantined, Remaining in (0, %v]", e, cfg.LeaseDuration)
+					}
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	}
+	if qa, qb := quarantined(evA), quarantined(evB); !qa && !qb {
+		t.Error("no BackendQuarantined event from either session")
 	}
 }
 

@@ -72,7 +72,8 @@ func TestFailureRedisPaused(t *testing.T) {
 
 func TestFailureRedisRestartedEmpty(t *testing.T) {
 	s := startServer(t)
-	b := newBackend(t, s.client(s.addr()), namespace(t))
+	const maxLease = time.Second
+	b := newBackend(t, s.client(s.addr()), namespace(t), redissimba.WithMaxLease(maxLease))
 	id := open(t, b, 5*time.Second)
 	var last uint64
 	for i := 0; i < 5; i++ {
@@ -87,6 +88,7 @@ func TestFailureRedisRestartedEmpty(t *testing.T) {
 		t.Fatalf("Renew after a restart without data = %v, want ErrExpired", err)
 	}
 	o := open(t, b, 5*time.Second)
+	awaitQuarantine(t, b, o, maxLease, "x")
 	tok := acquire(t, b, o, "x")[0]
 	if tok <= last {
 		t.Fatalf("token after the restart = %d, want > %d (tokens never go back)", tok, last)
@@ -97,6 +99,7 @@ func TestFailureRedisRestartedEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	o2 := open(t, b, 5*time.Second)
+	awaitQuarantine(t, b, o2, maxLease, "x")
 	if tok2 := acquire(t, b, o2, "x")[0]; tok2 <= tok {
 		t.Fatalf("token after FLUSHALL = %d, want > %d", tok2, tok)
 	}
@@ -174,10 +177,7 @@ func TestFailureConnectionCutAndRestored(t *testing.T) {
 // arrives (as an empty notice) when Redis is back.
 func TestFailureSubscribeWhileRedisPaused(t *testing.T) {
 	s := startServer(t)
-	b, err := redissimba.New(s.client(s.addr()), namespace(t), redissimba.WithSubscribeTimeout(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newBackend(t, s.client(s.addr()), namespace(t), redissimba.WithSubscribeTimeout(200*time.Millisecond))
 	s.pause()
 	start := time.Now()
 	got := subscribe(t, b)

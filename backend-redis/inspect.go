@@ -90,27 +90,59 @@ func (b *Backend) indexed(ctx context.Context, prefix string) ([]string, error) 
 	}
 }
 
+// inspect reads one batch. The script declares every key it reads (ADR
+// 0131): the first call learns the owners, the next declares their session
+// keys; an owner that changed in between is looked up again, up to
+// [acquireTries] calls, then reported as an error.
 func (b *Backend) inspect(ctx context.Context, names []string) ([]driver.Holder, error) {
-	ks := make([]string, len(names))
-	args := make([]any, 1, len(names)+1)
-	args[0] = b.keys.session
-	for i, n := range names {
-		ks[i] = b.keys.lease + n
-		args = append(args, n)
-	}
-	res, err := inspectScript.Run(ctx, b.rdb, ks, args...).Slice()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]driver.Holder, 0, len(res))
-	for _, r := range res {
-		h, err := parseHolder(r)
+	hints := map[string]driver.ID{}
+	for try := 1; ; try++ {
+		ks := make([]string, len(names), 2*len(names))
+		args := make([]any, 2, 2*len(names)+2)
+		args[0], args[1] = b.keys.session, len(names)
+		for i, n := range names {
+			ks[i] = b.keys.lease + n
+			args = append(args, n)
+		}
+		for _, n := range names {
+			owner, ok := hints[n]
+			if !ok {
+				args = append(args, 0)
+				continue
+			}
+			ks = append(ks, b.keys.session+string(owner))
+			args = append(args, len(ks))
+		}
+		res, err := inspectScript.Run(ctx, b.rdb, ks, args...).Slice()
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, h)
+		out := make([]driver.Holder, 0, len(res))
+		unknown := 0
+		for _, r := range res {
+			if f, ok := r.([]any); ok && len(f) == 3 {
+				name, _ := f[0].(string)
+				sid, _ := f[2].(string)
+				if !validID(driver.ID(sid)) {
+					return nil, fmt.Errorf("unexpected holder %q: session %q", name, sid)
+				}
+				hints[name] = driver.ID(sid)
+				unknown++
+				continue
+			}
+			h, err := parseHolder(r)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, h)
+		}
+		if unknown == 0 {
+			return out, nil
+		}
+		if try == acquireTries {
+			return nil, fmt.Errorf("the owners of %d leases kept changing over %d reads", unknown, try)
+		}
 	}
-	return out, nil
 }
 
 // parseHolder decodes one {name, token, session id, owner JSON, PTTL}.

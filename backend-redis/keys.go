@@ -56,11 +56,12 @@ type keys struct {
 	lease   string // simba:{ns}:l:
 	channel string // simba:{ns}:rel
 	names   string // simba:{ns}:names
+	epoch   string // simba:{ns}:epoch
 }
 
 func newKeys(ns string) keys {
 	p := "simba:{" + ns + "}:"
-	return keys{prefix: p, session: p + "s:", lease: p + "l:", channel: p + "rel", names: p + "names"}
+	return keys{prefix: p, session: p + "s:", lease: p + "l:", channel: p + "rel", names: p + "names", epoch: p + "epoch"}
 }
 
 // idLen is the length of a session id: 128 bits in lower-case hex.

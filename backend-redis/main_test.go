@@ -88,12 +88,25 @@ func namespace(t testing.TB) string {
 	return "t-" + hex.EncodeToString(b[:])
 }
 
-func newBackend(t testing.TB, c redis.UniversalClient, ns string) *redissimba.Backend {
+// newBackend returns a backend on c in namespace ns, initialised (Init):
+// every test namespace is new, so its first use needs no quarantine.
+func newBackend(t testing.TB, c redis.UniversalClient, ns string, opts ...redissimba.Option) *redissimba.Backend {
+	t.Helper()
+	b := newUninitialised(t, c, ns, opts...)
+	if err := b.Init(ctxT(t)); err != nil {
+		t.Fatalf("Init(%q) = %v", ns, err)
+	}
+	return b
+}
+
+// newUninitialised is newBackend without Init: the namespace's first
+// Acquire starts a quarantine.
+func newUninitialised(t testing.TB, c redis.UniversalClient, ns string, opts ...redissimba.Option) *redissimba.Backend {
 	t.Helper()
 	// The test servers run without persistence on purpose: quiet the
 	// server check's warnings (check_test.go checks them).
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	b, err := redissimba.New(c, ns, redissimba.WithLogger(quiet))
+	b, err := redissimba.New(c, ns, append([]redissimba.Option{redissimba.WithLogger(quiet)}, opts...)...)
 	if err != nil {
 		t.Fatalf("New(%q) = %v", ns, err)
 	}
@@ -101,6 +114,7 @@ func newBackend(t testing.TB, c redis.UniversalClient, ns string) *redissimba.Ba
 }
 
 func ctxT(t testing.TB) context.Context {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx

@@ -7,10 +7,13 @@ import "github.com/redis/go-redis/v9"
 // it again) when Redis answers NOSCRIPT, e.g. after SCRIPT FLUSH or a
 // restart.
 //
-// Every key a script touches shares the namespace's hash tag. Scripts that
-// must touch keys they learn only while running (the owner's session in
-// acquire, the owned leases in close) build them from a prefix passed in
-// ARGV; being in the same slot, they are served by the same Cluster node.
+// Every key a script touches shares the namespace's hash tag and is
+// declared in KEYS, even the keys a script learns only while running (the
+// owner's session in acquire and inspect, the owned leases in close): the
+// caller declares the keys it expects, and a script that finds a key it was
+// not given answers so and writes nothing for it; the caller asks again
+// with that key (ADR 0131). During a Cluster slot migration Redis checks
+// only declared keys before a script runs.
 //
 // Numbers: Lua numbers are doubles, exact up to 2^53. Tokens are about
 // 1.8e15 (microseconds since 1970) and stay below 2^53 until the year 2255.
@@ -30,12 +33,14 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return redis.call('PTTL', KEYS[1])
 `)
 
-// renew: KEYS[1] session; ARGV[1] the version the caller knows.
+// renew: KEYS[1] session; ARGV[1] the version the caller knows, ARGV[2]
+// the maximum lease in ms (WithMaxLease), which caps the stored lease.
 // Returns -1 if the session has expired, else {pttl, version} and, when the
 // version differs from ARGV[1], the session hash flattened (HGETALL).
 var renewScript = redis.NewScript(`
 local d = redis.call('HGET', KEYS[1], '#d')
 if not d then return -1 end
+if tonumber(d) > tonumber(ARGV[2]) then d = ARGV[2] end
 redis.call('PEXPIRE', KEYS[1], d)
 local ttl = redis.call('PTTL', KEYS[1])
 local v = redis.call('HGET', KEYS[1], '#v')
@@ -43,11 +48,34 @@ if v == ARGV[1] then return {ttl, v} end
 return {ttl, v, redis.call('HGETALL', KEYS[1])}
 `)
 
-// acquire: KEYS[1] session, KEYS[2] the name index, KEYS[3..n] lease keys;
-// ARGV[1] session id, ARGV[2] session key prefix, ARGV[3..n] the names of
-// KEYS[3..n].
-// Returns -1 if the session has expired, else one token string per lease
-// key ("0" when another live session owns it).
+// acquire: KEYS[1] session, KEYS[2] the name index, KEYS[3] the namespace
+// epoch, KEYS[3+i] the lease key of name i (i = 1..n), then the session
+// keys of owners the caller expects (hints); ARGV[1] session id, ARGV[2]
+// session key prefix, ARGV[3] the maximum lease in ms, ARGV[4] n,
+// ARGV[4+i] name i, ARGV[4+n+i] the KEYS index of name i's hinted owner
+// session key ("0": none).
+//
+// Returns -1 if the session has expired; {-2, ms} during a quarantine
+// (nothing granted); else one string per name: a token (granted, or
+// already the caller's), "-<id>" (owned by live session <id>) or "?<id>"
+// (owned by <id>, whose session key was not declared: the caller asks
+// again with it as a hint).
+//
+// The epoch (ADR 0130, 0131) is read in the same script that grants: a
+// missing epoch means the namespace lost its records (or was never
+// initialised), so the script recreates it with quarantine_until = now +
+// max lease, on the Redis clock, and grants nothing until then.
+//
+// Every key the script touches is in KEYS (ADR 0131): during a Cluster
+// slot migration Redis checks declared keys before the script runs (ASK,
+// TRYAGAIN), while an undeclared key on the importing node looks missing,
+// which would make a live owner look dead. The owner's liveness is read
+// only from a declared hint key; an owner without one is answered "?".
+//
+// Every key is read before the first write, and the session's owned set is
+// written before the lease keys, so a script stopped half way can leave
+// only a listed name the lease key does not show (the engine releases it),
+// never a lease the session's record does not list.
 //
 // A lease is taken when it has no owner or its owner's session key is gone
 // (expired on the Redis clock, closed, or lost with the data). The token is
@@ -58,39 +86,58 @@ local v = redis.call('HGET', KEYS[1], '#v')
 if not v then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local out = {}
-local fields = {}
-local changed = false
-for i = 3, #KEYS do
-  local cur = redis.call('HMGET', KEYS[i], 's', 't')
+local q = tonumber(redis.call('GET', KEYS[3]))
+if not q then
+  local ms = tonumber(ARGV[3])
+  redis.call('SET', KEYS[3], string.format('%.0f', now + ms * 1000))
+  return {-2, ms}
+end
+if q > now then return {-2, math.ceil((q - now) / 1000)} end
+local me, n = ARGV[1], tonumber(ARGV[4])
+local out, take, last = {}, {}, {}
+for i = 1, n do
+  local cur = redis.call('HMGET', KEYS[3 + i], 's', 't')
   local owner = cur[1]
-  if owner == ARGV[1] then
-    out[i - 2] = cur[2]
-  elseif owner and redis.call('EXISTS', ARGV[2] .. owner) == 1 then
-    out[i - 2] = '0'
-  else
-    local tok = (tonumber(cur[2]) or 0) + 1
-    if tok < now then tok = now end
-    local s = string.format('%.0f', tok)
-    redis.call('HSET', KEYS[i], 's', ARGV[1], 't', s)
-    -- Every won term (re)indexes its name, so the index heals if it alone
-    -- was evicted; inspection by prefix reads it (ADR 0080).
-    redis.call('ZADD', KEYS[2], 0, ARGV[i])
-    fields[#fields + 1] = ARGV[i]
-    fields[#fields + 1] = s
-    out[i - 2] = s
-    changed = true
-    if #fields >= 2000 then -- unpack has a limit: write big batches in chunks
-      redis.call('HSET', KEYS[1], unpack(fields))
-      fields = {}
+  if owner == me then
+    out[i] = cur[2]
+  elseif owner then
+    local h = tonumber(ARGV[4 + n + i])
+    if h > 0 and KEYS[h] == ARGV[2] .. owner then
+      if redis.call('EXISTS', KEYS[h]) == 1 then
+        out[i] = '-' .. owner
+      else
+        take[#take + 1] = i
+      end
+    else
+      out[i] = '?' .. owner
     end
+  else
+    take[#take + 1] = i
+  end
+  last[i] = cur[2]
+end
+if #take == 0 then return out end
+local fields = {}
+for _, i in ipairs(take) do
+  local tok = (tonumber(last[i]) or 0) + 1
+  if tok < now then tok = now end
+  out[i] = string.format('%.0f', tok)
+  fields[#fields + 1] = ARGV[4 + i]
+  fields[#fields + 1] = out[i]
+  if #fields >= 2000 then -- unpack has a limit: write big batches in chunks
+    redis.call('HSET', KEYS[1], unpack(fields))
+    fields = {}
   end
 end
-if changed then
-  -- The new version goes with the last (usually the only) write of the set.
-  fields[#fields + 1] = '#v'
-  fields[#fields + 1] = string.format('%.0f', tonumber(v) + 1)
-  redis.call('HSET', KEYS[1], unpack(fields))
+-- The new version goes with the last (usually the only) write of the set.
+fields[#fields + 1] = '#v'
+fields[#fields + 1] = string.format('%.0f', tonumber(v) + 1)
+redis.call('HSET', KEYS[1], unpack(fields))
+for _, i in ipairs(take) do
+  redis.call('HSET', KEYS[3 + i], 's', me, 't', out[i])
+  -- Every won term (re)indexes its name, so the index heals if it alone
+  -- was evicted; inspection by prefix reads it (ADR 0080).
+  redis.call('ZADD', KEYS[2], 0, ARGV[4 + i])
 end
 return out
 `)
@@ -98,18 +145,27 @@ return out
 // release: KEYS[1] session, KEYS[2..n] lease keys; ARGV[1] session id,
 // ARGV[2] channel, then name and token of each lease key in order.
 // Deletes the owner of each lease owned by the session under that token,
-// publishes the released names, returns how many were released.
+// publishes the released names, returns how many were released. A name
+// the session lists under that token while the lease key shows another
+// owner (a write stopped half way) is dropped from the session's list.
+// Every key is read before the first write.
 var releaseScript = redis.NewScript(`
+local match = {}
+for i = 2, #KEYS do
+  local cur = redis.call('HMGET', KEYS[i], 's', 't')
+  match[i] = cur[1] == ARGV[1] and cur[2] == ARGV[2 * i]
+end
 local rel = {}
 local live = 0
 for i = 2, #KEYS do
-  local name, tok = ARGV[2 * i - 1], ARGV[2 * i]
-  local cur = redis.call('HMGET', KEYS[i], 's', 't')
-  if cur[1] == ARGV[1] and cur[2] == tok then
+  local name = ARGV[2 * i - 1]
+  if match[i] then
     redis.call('HDEL', KEYS[i], 's')
     -- 1 when the session still exists and listed the lease.
     live = redis.call('HDEL', KEYS[1], name) + live
     rel[#rel + 1] = name
+  elseif redis.call('HGET', KEYS[1], name) == ARGV[2 * i] then
+    live = redis.call('HDEL', KEYS[1], name) + live
   end
 end
 if live > 0 then redis.call('HINCRBY', KEYS[1], '#v', 1) end
@@ -117,41 +173,72 @@ if #rel > 0 then redis.call('PUBLISH', ARGV[2], table.concat(rel, ' ')) end
 return #rel
 `)
 
-// close: KEYS[1] session; ARGV[1] session id, ARGV[2] lease key prefix,
-// ARGV[3] channel. Deletes the session, frees every lease it still owns,
-// publishes their names, returns how many.
+// close: KEYS[1] session, KEYS[2..n] the lease keys the caller expects
+// the session to own; ARGV[1] session id, ARGV[2] channel, ARGV[3..]
+// the names of KEYS[2..n]. If the session owns a name the caller did not
+// declare, returns {-2, name...} (every owned name) and writes nothing: the
+// caller asks again with those keys. Else deletes the session, frees every
+// lease it still owns, publishes their names, returns how many. Every key
+// is read before the first write (ADR 0131).
 var closeScript = redis.NewScript(`
 local all = redis.call('HGETALL', KEYS[1])
-local rel = {}
+if #all == 0 then return 0 end
+local declared = {}
+for i = 3, #ARGV do declared[ARGV[i]] = i - 1 end
+local owned, missing = {}, false
 for i = 1, #all, 2 do
   local f = all[i]
   if string.sub(f, 1, 1) ~= '#' then
-    local lk = ARGV[2] .. f
-    if redis.call('HGET', lk, 's') == ARGV[1] then
-      redis.call('HDEL', lk, 's')
-      rel[#rel + 1] = f
-    end
+    owned[#owned + 1] = f
+    if not declared[f] then missing = true end
   end
 end
+if missing then
+  table.insert(owned, 1, -2)
+  return owned
+end
+local free = {}
+for _, f in ipairs(owned) do
+  local k = KEYS[declared[f]]
+  if redis.call('HGET', k, 's') == ARGV[1] then free[#free + 1] = f end
+end
+for _, f in ipairs(free) do redis.call('HDEL', KEYS[declared[f]], 's') end
 redis.call('DEL', KEYS[1])
-if #rel > 0 then redis.call('PUBLISH', ARGV[3], table.concat(rel, ' ')) end
-return #rel
+if #free > 0 then redis.call('PUBLISH', ARGV[2], table.concat(free, ' ')) end
+return #free
 `)
 
-// inspect: KEYS[1..n] lease keys; ARGV[1] session key prefix, ARGV[2..n+1]
-// the names of KEYS. Returns one {name, token, session id, owner JSON,
-// PTTL} per lease whose owner's session is alive, in KEYS order. Read only.
+// inspect: KEYS[1..n] lease keys, then the session keys of owners the
+// caller expects (hints); ARGV[1] session key prefix, ARGV[2] n,
+// ARGV[2+i] the name of KEYS[i], ARGV[2+n+i] the KEYS index of its hinted
+// owner's session key ("0": none). Returns, per lease with an owner, in
+// KEYS order, {name, token, session id, owner JSON, PTTL} when the owner's
+// declared session is alive, or {name, "?", session id} when the owner's
+// key was not declared (the caller asks again with it). Read only; every
+// key it reads is declared (ADR 0131).
 var inspectScript = redis.NewScript(`
 local out = {}
-for i = 1, #KEYS do
+local n = tonumber(ARGV[2])
+for i = 1, n do
   local cur = redis.call('HMGET', KEYS[i], 's', 't')
   if cur[1] then
-    local sk = ARGV[1] .. cur[1]
-    local ttl = redis.call('PTTL', sk)
-    if ttl > 0 then
-      out[#out + 1] = {ARGV[i + 1], cur[2], cur[1], redis.call('HGET', sk, '#o') or '', ttl}
+    local h = tonumber(ARGV[2 + n + i])
+    if h > 0 and KEYS[h] == ARGV[1] .. cur[1] then
+      local ttl = redis.call('PTTL', KEYS[h])
+      if ttl > 0 then
+        out[#out + 1] = {ARGV[2 + i], cur[2], cur[1], redis.call('HGET', KEYS[h], '#o') or '', ttl}
+      end
+    else
+      out[#out + 1] = {ARGV[2 + i], '?', cur[1]}
     end
   end
 end
 return out
+`)
+
+// init: KEYS[1] the namespace epoch. Creates it with no quarantine when
+// missing; returns 1 if it created it, 0 if it was there.
+var initScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], '0', 'NX') then return 1 end
+return 0
 `)

@@ -33,6 +33,12 @@ func redisSetup(ctx context.Context, ns string) (*backend, error) {
 		cl.run()
 		return nil, err
 	}
+	// A fresh namespace: create it, or the first acquire waits out the
+	// quarantine of a lost one (ADR 0130).
+	if err := b.Init(ctx); err != nil {
+		cl.run()
+		return nil, err
+	}
 	simba, simbaH, err := simbaCases(ctx, b, deadline.Config{}, &cl)
 	if err != nil {
 		cl.run()

@@ -78,8 +78,12 @@ func redisBackend(addr, ns string) fx.Option {
 		}
 		lc.Append(fx.Hook{
 			OnStart: func(ctx context.Context) error {
-				_, err := b.CheckServer(ctx)
-				return err
+				if _, err := b.CheckServer(ctx); err != nil {
+					return err
+				}
+				// The test's namespace is new: create it (an application
+				// does this once, at its first deployment; ADR 0130).
+				return b.Init(ctx)
 			},
 			OnStop: func(ctx context.Context) error {
 				defer func() { _ = rdb.Close() }()

@@ -98,7 +98,7 @@ func TestConsumerOutsideWorkspace(t *testing.T) {
 
 	bin := filepath.Join(tmp, "simba-hello")
 	run(t, consumer, env, "go", "build", "-o", bin, ".")
-	out := output(t, consumer, nil, bin, "-redis", redisAddr, "-namespace", "consumer-test-"+filepath.Base(tmp))
+	out := output(t, consumer, nil, bin, "-redis", redisAddr, "-namespace", "consumer-test-"+filepath.Base(tmp), "-init")
 	if !bytes.Contains(out, []byte("elected leader of")) {
 		t.Fatalf("simba-hello did not report its election:\n%s", out)
 	}

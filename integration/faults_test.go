@@ -298,9 +298,26 @@ func serverRestart(node func() *simbatest.Node) fault {
 }
 
 // dataLoss reports whether faults that lose Redis data (FLUSHALL, a
-// restart without persistence) are applied: they need the backend's
-// quarantine after data loss; SIMBA_FAULT_DATALOSS=1 turns them on.
-func dataLoss() bool { return os.Getenv("SIMBA_FAULT_DATALOSS") == "1" }
+// restart without persistence) are applied: on by default since the
+// backend quarantines after data loss (ADR 0130, 0131);
+// SIMBA_FAULT_DATALOSS=0 turns them off.
+func dataLoss() bool { return os.Getenv("SIMBA_FAULT_DATALOSS") != "0" }
+
+// flushAll is the data-loss fault: FLUSHALL on every given node.
+func flushAll(nodes []*simbatest.Node) fault {
+	return fault{"flush", func(ctx context.Context, r *rig) error {
+		r.record(faultcheck.Event{Kind: faultcheck.Fault, Worker: nodes[0].Addr, T: faultcheck.Now(), Reason: "flush"})
+		for _, n := range nodes {
+			c := redis.NewClient(&redis.Options{Addr: n.Addr})
+			err := c.FlushAll(ctx).Err()
+			_ = c.Close()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}}
+}
 
 // setups start each backend's servers and say how workers reach them and
 // which faults apply.
@@ -319,19 +336,18 @@ var setups = []struct {
 		return []string{s.Node.Addr}, true
 	}},
 	{"redis", func(t *testing.T, r *rig) ([]string, bool) {
-		s := simbatest.Redis(t)
+		s := simbatest.Redis(t, simbatest.WithNamespace(r.ns)) // initialised for the workers
 		if dataLoss() {
-			r.faults = append(r.faults, serverRestart(func() *simbatest.Node { return s.Nodes[0] }),
-				fault{"flush", func(ctx context.Context, r *rig) error {
-					r.record(faultcheck.Event{Kind: faultcheck.Fault, Worker: s.Nodes[0].Addr, T: faultcheck.Now(), Reason: "flush"})
-					return s.Client.FlushAll(ctx).Err()
-				}})
+			r.faults = append(r.faults, serverRestart(func() *simbatest.Node { return s.Nodes[0] }), flushAll(s.Nodes))
 		}
 		return s.Addrs(), true
 	}},
 	{"redis-cluster", func(t *testing.T, r *rig) ([]string, bool) {
-		s := simbatest.Redis(t, simbatest.WithCluster())
+		s := simbatest.Redis(t, simbatest.WithCluster(), simbatest.WithNamespace(r.ns))
 		next := 0
+		if dataLoss() {
+			r.faults = append(r.faults, flushAll(s.Nodes))
+		}
 		r.faults = append(r.faults,
 			fault{"reshard", func(ctx context.Context, r *rig) error {
 				from, to := s.Nodes[next%3], s.Nodes[(next+1)%3]
@@ -664,7 +680,7 @@ func TestFaultCheckerCatches(t *testing.T) {
 		t.Run(bad, func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, "redis", func(t *testing.T, r *rig) ([]string, bool) {
-				return simbatest.Redis(t).Addrs(), false
+				return simbatest.Redis(t, simbatest.WithNamespace(r.ns)).Addrs(), false
 			}, []string{"-misbehave", bad})
 			ctx := t.Context()
 			r.start(r.workers[0])

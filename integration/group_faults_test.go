@@ -102,7 +102,7 @@ func TestGroupFaults(t *testing.T) {
 func TestGroupFaultCheckerCatches(t *testing.T) {
 	args := []string{"-group", strconv.Itoa(groupFaultPartitions)}
 	r := newRig(t, "redis", func(t *testing.T, r *rig) ([]string, bool) {
-		return simbatest.Redis(t).Addrs(), false
+		return simbatest.Redis(t, simbatest.WithNamespace(r.ns)).Addrs(), false
 	}, append(args, "-misbehave", "late"), args)
 	ctx := t.Context()
 	r.start(r.workers[0])

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -51,7 +52,8 @@ func (s *RedisServer) NewBackend(t testing.TB) *redissimba.Backend {
 }
 
 // Redis starts Redis (official image redis:7, or SIMBA_TEST_IMAGE) and
-// returns it ready, with a client and a backend; WithCluster starts a
+// returns it ready, with a client and a backend, its namespace initialised
+// (Backend.Init), so the first Acquire grants at once; WithCluster starts a
 // three-master Cluster instead. Everything is removed when the test ends.
 func Redis(t testing.TB, opts ...Option) *RedisServer {
 	t.Helper()
@@ -85,6 +87,14 @@ func Redis(t testing.TB, opts ...Option) *RedisServer {
 	}
 	s.Client = s.NewClient(t)
 	s.Backend = s.NewBackend(t)
+	// The servers are new, so is the namespace: create its epoch record,
+	// or the first Acquire would start a quarantine of one maximum lease
+	// (redissimba.Backend.Init, ADR 0130). Backends from NewBackend share it.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Backend.Init(ctx); err != nil {
+		t.Fatalf("simbatest: redis: %v", err)
+	}
 	return s
 }
 

@@ -291,6 +291,9 @@ func TestExecKillsACommandThatIgnoresSIGTERM(t *testing.T) {
 		t.Fatal("SIMBA_REDIS_ADDR is not set: run `make services` and `. .services/env`")
 	}
 	url := fmt.Sprintf("redis://%s?namespace=cli%d", v, time.Now().UnixNano()%1_000_000_000)
+	if r := simba(t, url, "init"); r.code != 0 { // a new namespace (ADR 0130)
+		t.Fatalf("simba init: exit %d: %s", r.code, r.stderr)
+	}
 	h := start(t, url, "--lease", "2s", "exec", "--lock", "job", "--grace", "300ms", "--", "sh", "-c",
 		`trap '' TERM; echo "ready $$"; while :; do sleep 0.05; done`)
 	pid, _ := strconv.Atoi(strings.Fields(h.line(t))[1])

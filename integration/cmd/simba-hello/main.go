@@ -7,7 +7,14 @@
 // modules can be fetched with `go get` and pull in nothing else: keep its
 // imports to those two modules (and what they bring, go-redis included).
 //
-// Usage: simba-hello [-redis 127.0.0.1:6379] [-namespace hello] [-name leader]
+// Usage: simba-hello [-redis 127.0.0.1:6379] [-namespace hello] [-name leader] [-init]
+//
+// -init creates the namespace (redissimba's Backend.Init) before electing:
+// pass it on a namespace's first run. Without it, the first election on a
+// new namespace waits out the quarantine a lost namespace gets (one
+// maximum lease, 30 s by default), since the two cannot be told apart.
+// Never pass it to every start of a real application: after a data loss
+// it would cancel the quarantine that keeps two leaders from overlapping.
 package main
 
 import (
@@ -30,14 +37,15 @@ func main() {
 	ns := flag.String("namespace", "hello", "Simba namespace on that Redis")
 	name := flag.String("name", "leader", "the name to elect a leader for")
 	wait := flag.Duration("wait", 30*time.Second, "how long to wait to be elected")
+	initNS := flag.Bool("init", false, "create the namespace first (its first run only)")
 	flag.Parse()
-	if err := run(context.Background(), *addr, *ns, *name, *wait); err != nil {
+	if err := run(context.Background(), *addr, *ns, *name, *wait, *initNS); err != nil {
 		log.Print(err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, addr, ns, name string, wait time.Duration) error {
+func run(ctx context.Context, addr, ns, name string, wait time.Duration, initNS bool) error {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer rdb.Close()
 	b, err := redissimba.New(rdb, ns)
@@ -46,6 +54,11 @@ func run(ctx context.Context, addr, ns, name string, wait time.Duration) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	if initNS {
+		if err := b.Init(ctx); err != nil {
+			return err
+		}
+	}
 	s, err := session.Open(ctx, b)
 	if err != nil {
 		return fmt.Errorf("open a session on Redis %s: %w", addr, err)

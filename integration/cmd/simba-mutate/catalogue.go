@@ -224,4 +224,29 @@ var catalogue = []Mutation{
 	{Name: "zk-close-only-through-go-zookeeper", File: "backend-zk/session.go",
 		Old: "\t\t\t\ts.closeOverFreshConn()\n", New: "",
 		Catch: "backend-zk TestCloseOverSilentConnectionEndsTheSession (ADR 0139)", Modules: []string{"backend-zk"}},
+
+	// --- backend-redis: quarantine after data loss and declared keys (ADR
+	// 0131). These run backend-redis's tests against the real servers of
+	// .services/env (the gate refuses to count a missing server as a kill).
+	{Name: "redis-epoch-ignored", File: "backend-redis/scripts.go",
+		Old: "local q = tonumber(redis.call('GET', KEYS[3]))", New: "local q = 0",
+		Catch:   "backend-redis TestEngineRedisRestartedEmpty (a new leader while the old one believes), TestQuarantineAfterDataLoss",
+		Modules: []string{"backend-redis"}, Run: "TestEngineRedisRestartedEmpty|TestQuarantine|TestUninitialised"},
+	{Name: "redis-quarantine-not-kept", File: "backend-redis/scripts.go",
+		Old: "if q > now then return {-2, math.ceil((q - now) / 1000)} end", New: "",
+		Catch:   "backend-redis TestQuarantineAfterDataLoss (a second Acquire granted inside the quarantine), TestEngineRedisRestartedEmpty",
+		Modules: []string{"backend-redis"}, Run: "TestQuarantine|TestEngineRedisRestartedEmpty|TestUninitialised"},
+	{Name: "redis-owner-key-undeclared", File: "backend-redis/scripts.go",
+		Old:     "if h > 0 and KEYS[h] == ARGV[2] .. owner then\n      if redis.call('EXISTS', KEYS[h]) == 1 then",
+		New:     "if true then\n      if redis.call('EXISTS', ARGV[2] .. owner) == 1 then",
+		Catch:   "backend-redis TestClusterMigrationKeepsOwnerAlive (two holders mid-migration)",
+		Modules: []string{"backend-redis"}, Run: "TestClusterMigration|TestClusterContend"},
+	{Name: "redis-open-lease-not-capped", File: "backend-redis/backend.go",
+		Old: "ms := min(millis(req.LeaseDuration), b.maxLeaseMS())", New: "ms := millis(req.LeaseDuration)",
+		Catch:   "backend-redis TestMaxLeaseCapsGrants",
+		Modules: []string{"backend-redis"}, Run: "TestMaxLease"},
+	{Name: "redis-renew-lease-not-capped", File: "backend-redis/scripts.go",
+		Old: "if tonumber(d) > tonumber(ARGV[2]) then d = ARGV[2] end", New: "",
+		Catch:   "backend-redis TestMaxLeaseCapsGrants",
+		Modules: []string{"backend-redis"}, Run: "TestMaxLease"},
 }

@@ -101,7 +101,7 @@ func run(seeds int, only string, subset, baseline bool) error {
 	}
 	if baseline {
 		fmt.Printf("baseline: the unmutated workspace must pass\n")
-		if out, ok := runTests(tmp, seeds, allModules); !ok {
+		if out, ok := runTests(tmp, seeds, allModules, ""); !ok {
 			return fmt.Errorf("the unmutated workspace fails its tests:\n%s", out)
 		}
 	}
@@ -112,7 +112,7 @@ func run(seeds int, only string, subset, baseline bool) error {
 		if err != nil {
 			return err
 		}
-		out, ok := runTests(tmp, seeds, m.modules())
+		out, ok := runTests(tmp, seeds, m.modules(), m.Run)
 		if err := restore(); err != nil {
 			return err
 		}
@@ -120,6 +120,11 @@ func run(seeds int, only string, subset, baseline bool) error {
 			// A mutation that does not compile proves nothing about the
 			// tests: the catalogue entry is wrong.
 			return fmt.Errorf("mutation %s does not compile:\n%s", m.Name, out)
+		}
+		if !ok && missingServer.MatchString(out) {
+			// A backend's tests fail naming the variable of a missing
+			// server: that kills nothing.
+			return fmt.Errorf("mutation %s needs the test servers (./scripts/services.sh start, then . .services/env):\n%s", m.Name, missingServer.FindString(out))
 		}
 		if ok {
 			survivors = append(survivors, m.Name)
@@ -194,10 +199,14 @@ func copyFile(src, dst string) error {
 // runTests runs the tests of modules (the root package and its internal
 // ones, not the backend conformance kit) with -failfast, stopping at the
 // first module that fails. It reports the output and whether all passed.
-func runTests(dir string, seeds int, modules []string) (string, bool) {
+func runTests(dir string, seeds int, modules []string, run string) (string, bool) {
 	var all bytes.Buffer
 	for _, m := range modules {
-		cmd := exec.Command("go", "test", "-count=1", "-failfast", "-timeout", "4m", ".")
+		args := []string{"test", "-count=1", "-failfast", "-timeout", "4m"}
+		if run != "" {
+			args = append(args, "-run", run)
+		}
+		cmd := exec.Command("go", append(args, ".")...)
 		cmd.Dir = filepath.Join(dir, m)
 		cmd.Env = append(os.Environ(), fmt.Sprintf("SIMBA_SIM_SEEDS=%d", seeds))
 		out, err := cmd.CombinedOutput()
@@ -210,6 +219,9 @@ func runTests(dir string, seeds int, modules []string) (string, bool) {
 }
 
 var buildFailed = regexp.MustCompile(`\[(build|setup) failed\]`)
+
+// missingServer is how a backend test names a server it was not given.
+var missingServer = regexp.MustCompile(`SIMBA_[A-Z_]+ is not set[^\n]*`)
 
 var failRE = regexp.MustCompile(`(?m)^\s*--- FAIL: (\S+)|^(panic: .*)`)
 

@@ -22,6 +22,10 @@ type Mutation struct {
 	// Modules overrides which modules' tests run (default: the module of
 	// File and every module after it in allModules).
 	Modules []string
+	// Run, if set, limits the tests to those matching it (go test -run):
+	// for a backend module, the tests that exercise the rule, against the
+	// real servers of .services/env.
+	Run string
 }
 
 func (m Mutation) check(root string) error {

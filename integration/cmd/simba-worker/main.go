@@ -196,9 +196,10 @@ func lateActs(lg *logger, tm *term.Term, lease, every time.Duration, name string
 	}
 }
 
-// open builds the backend client. The ZooKeeper backend's MaxLease (its
-// quarantine after a data loss) is the lease; the controller initialises
-// the namespace before the first worker starts.
+// open builds the backend client. Every worker of a run uses the same
+// lease, so it is the Redis and ZooKeeper backends' MaxLease too: their
+// quarantine after a data loss lasts one lease (ADR 0130). The controller
+// initialises the namespace before the first worker starts.
 func open(ctx context.Context, kind, addr, ns string, lease time.Duration) (session.Backend, func(), error) {
 	switch kind {
 	case "redis", "redis-cluster":
@@ -208,7 +209,7 @@ func open(ctx context.Context, kind, addr, ns string, lease time.Duration) (sess
 		} else {
 			c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addr, ","), ContextTimeoutEnabled: true})
 		}
-		b, err := redissimba.New(c, ns)
+		b, err := redissimba.New(c, ns, redissimba.WithMaxLease(lease))
 		return b, func() { _ = c.Close() }, err
 	case "postgres":
 		pool, err := pgxpool.New(ctx, addr)
