@@ -95,3 +95,19 @@ func ExampleMigration() {
 	fmt.Println(len(stmts), strings.HasPrefix(stmts[0], "ALTER TABLE myapp_sessions"))
 	// Output: 11 true
 }
+
+// WithMaxLease caps every session's lease, and is the quarantine after the
+// namespace's tables lost their rows: mysqlsimba.New(ctx, db,
+// mysqlsimba.WithMaxLease(10*time.Second)) grants at most 10s, and after a
+// loss no lease for 10s. A cap under 1ms is refused before any I/O.
+func ExampleWithMaxLease() {
+	db, err := sql.Open("mysql", "root@tcp(127.0.0.1:3306)/test") // connects lazily
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer db.Close()
+	_, err = mysqlsimba.New(context.Background(), db, mysqlsimba.WithMaxLease(-time.Second))
+	fmt.Println(err)
+	// Output: mysqlsimba: WithMaxLease(-1s): want at least 1ms
+}

@@ -110,3 +110,20 @@ func ExampleMigration() {
 	fmt.Println(strings.Contains(script, "myapp_open_v2"), strings.Contains(script, "myapp_schema"), strings.Contains(script, "myapp_epoch"))
 	// Output: true true true
 }
+
+// WithMaxLease caps every session's lease, and is the quarantine after the
+// namespace's tables lost their rows: pgsimba.New(ctx, pool,
+// pgsimba.WithMaxLease(10*time.Second)) grants at most 10s, and after a
+// loss no lease for 10s. A cap under 1ms is refused before any I/O.
+func ExampleWithMaxLease() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test") // connects lazily
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	_, err = pgsimba.New(ctx, pool, pgsimba.WithMaxLease(0))
+	fmt.Println(err)
+	// Output: pgsimba: WithMaxLease(0s): want at least 1ms
+}
