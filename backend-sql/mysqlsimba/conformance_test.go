@@ -2,10 +2,12 @@ package mysqlsimba_test
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/mysqlsimba"
 	"github.com/simba-go/simba/session/backendtest"
 	"github.com/simba-go/simba/session/driver"
@@ -14,7 +16,27 @@ import (
 // TestConformance runs the backend conformance kit against the real
 // MariaDB/MySQL server. Each kit namespace is a table prefix; each client
 // is its own Backend value.
-func TestConformance(t *testing.T) {
+func TestConformance(t *testing.T) { runKit(t, false) }
+
+// plantedEnv makes TestConformanceCatchesSkippedQuarantine's child run the
+// kit on clients whose acquire procedure skips the epoch check.
+const plantedEnv = "SIMBA_SQL_PLANTED_NO_QUARANTINE"
+
+// TestConformanceCatchesSkippedQuarantine: the kit's data-loss case fails
+// on a backend whose acquire procedure grants without checking the epoch
+// row and markers (ADR 0130's rule, planted out).
+func TestConformanceCatchesSkippedQuarantine(t *testing.T) {
+	if os.Getenv(plantedEnv) == "" {
+		sqltest.KitFails(t, plantedEnv, "TokensSurviveDataLoss")
+		return
+	}
+	runKit(t, true)
+}
+
+// runKit runs the conformance kit; planted replaces each namespace's
+// acquire procedure by one without the quarantine (once per namespace).
+func runKit(t *testing.T, planted bool) {
+	const lease = 2 * time.Second
 	db := newDB(t, dsn(t), nil)
 	var mu sync.Mutex
 	prefixes := map[string]bool{}
@@ -26,23 +48,38 @@ func TestConformance(t *testing.T) {
 	backendtest.Run(t, backendtest.Config{
 		NewBackend: func(t *testing.T, namespace string) driver.Backend {
 			mu.Lock()
+			defer mu.Unlock()
+			seen := prefixes[namespace]
 			prefixes[namespace] = true
-			mu.Unlock()
-			b, err := mysqlsimba.New(t.Context(), db, mysqlsimba.WithNamespace(namespace))
+			b, err := mysqlsimba.New(t.Context(), db, mysqlsimba.WithNamespace(namespace), mysqlsimba.WithMaxLease(lease))
 			if err != nil {
 				t.Fatalf("mysqlsimba.New(%q): %v", namespace, err)
+			}
+			if planted && !seen {
+				stmts, err := mysqlsimba.AcquireWithoutQuarantine(namespace)
+				for _, s := range stmts {
+					if err == nil {
+						_, err = db.ExecContext(t.Context(), s)
+					}
+				}
+				if err != nil {
+					t.Fatalf("planting the bug: %v", err)
+				}
 			}
 			t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
 			return b
 		},
-		Lease: 2 * time.Second,
-		Polls: true, // MySQL has no LISTEN/NOTIFY: candidates poll
-		// Data loss on SQL: the tables emptied. Tokens must keep rising.
+		Lease: lease,
+		// The cap, and so the quarantine after a loss (ADR 0130, 0135).
+		MaxLease: lease,
+		Polls:    true, // MySQL has no LISTEN/NOTIFY: candidates poll
+		// Data loss on SQL: the tables emptied. The quarantine follows,
+		// then tokens keep rising.
 		LoseData: func(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			for p := range prefixes {
-				for _, tbl := range []string{"_sessions", "_leases"} {
+				for _, tbl := range []string{"_sessions", "_leases", "_epoch"} {
 					if _, err := db.ExecContext(t.Context(), "TRUNCATE TABLE "+p+tbl); err != nil {
 						t.Fatalf("truncate %s%s: %v", p, tbl, err)
 					}

@@ -24,7 +24,7 @@ func SchemaAt(prefix string, v int) ([]string, error) {
 // the DROP that makes room for it: the planted bug that the data-loss
 // tests must catch.
 func AcquireWithoutQuarantine(prefix string) ([]string, error) {
-	const check = "\n           AND EXISTS (SELECT 1 FROM {p}_epoch e WHERE e.id = 1 AND e.quarantine_until <= UTC_TIMESTAMP(6))"
+	const check = " AND v_marked = 1\n           AND EXISTS (SELECT 1 FROM {p}_epoch e JOIN {p}_leases ml ON ml.name = '~epoch' WHERE e.id = 1 AND e.quarantine_until <= UTC_TIMESTAMP(6))"
 	for _, s := range migrations[2] {
 		if !strings.Contains(s, "CREATE PROCEDURE IF NOT EXISTS {p}_acquire_v2(") {
 			continue

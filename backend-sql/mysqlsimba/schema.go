@@ -269,10 +269,19 @@ ON DUPLICATE KEY UPDATE version = VALUES(version), compatible_from = VALUES(comp
 	// processes not yet upgraded; they neither check the epoch nor bound
 	// their waits.
 	//
-	// The migration creates the epoch table empty: tables that already
-	// existed may have just been restored from an old backup, so the first
-	// acquire after it quarantines (once, for one maximum lease). Only the
-	// creation of a new namespace (Migration from 0) writes the row.
+	// Detection needs a mark in every table that can lose its rows: the
+	// epoch row, and a marker row '~epoch' in <p>_sessions and in
+	// <p>_leases (never a session id nor a lease name: neither is valid;
+	// the session marker never expires, so no open procedure collects
+	// it). Tables emptied one after the other (TRUNCATE a; TRUNCATE b)
+	// would otherwise leave a window in which sessions are gone, leases
+	// look free and the epoch row is still there.
+	//
+	// The migration creates the markers (they mark these tables from now
+	// on) but leaves the epoch table empty: tables that already existed
+	// may have just been restored from an old backup, so the first acquire
+	// after it quarantines (once, for one maximum lease). Only the
+	// creation of a new namespace (Migration from 0) writes the epoch row.
 	//
 	// Lock waits: innodb_lock_wait_timeout counts whole seconds, so the
 	// caller's bound in milliseconds is rounded down (at or below the
@@ -285,6 +294,10 @@ CREATE TABLE IF NOT EXISTS {p}_epoch (
     id               INT NOT NULL PRIMARY KEY,
     quarantine_until DATETIME(6) NOT NULL
 ) ENGINE=InnoDB`, `
+INSERT INTO {p}_sessions (id, expires_at, lease_us, version) VALUES ('~epoch', '9999-12-31 23:59:59.999999', 0, 0)
+ON DUPLICATE KEY UPDATE id = id`, `
+INSERT INTO {p}_leases (name, session_id, token, held) VALUES ('~epoch', NULL, 0, 0)
+ON DUPLICATE KEY UPDATE name = name`, `
 CREATE PROCEDURE IF NOT EXISTS {p}_open_v3(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_lease_us BIGINT, IN p_owner TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, IN p_wait_ms BIGINT)
 BEGIN
     DECLARE v_exp DATETIME(6);
@@ -344,16 +357,29 @@ BEGIN
     DECLARE v_held INT;
     DECLARE v_q BIGINT DEFAULT 0;
     DECLARE v_lwt BIGINT DEFAULT 50;
+    DECLARE v_marked INT DEFAULT 0;
+    DECLARE v_until DATETIME(6) DEFAULT NULL;
+    DECLARE v_lost INT DEFAULT 0;
     DECLARE v_out LONGTEXT CHARACTER SET ascii COLLATE ascii_bin DEFAULT '';
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET SESSION innodb_lock_wait_timeout = v_lwt; RESIGNAL; END;
-    SET v_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = GREATEST(1, p_wait_ms DIV 1000);
+    -- One statement: the connection's lock-wait timeout saved and this
+    -- call's set, and the sessions' marker looked up (see below).
+    SET v_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = GREATEST(1, p_wait_ms DIV 1000),
+        v_marked = (SELECT COUNT(*) FROM {p}_sessions WHERE id = '~epoch');
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
     -- As acquire_v1 (see its comments), and the statement at the end
-    -- that checks the session also checks the namespace's epoch row
-    -- (ADR 0130): nothing this transaction granted commits unless the row
-    -- exists and its quarantine has passed. That costs no statement on
-    -- the usual path; the rare other one is sorted out after a rollback.
+    -- that checks the session also checks the epoch row and the leases'
+    -- marker (ADR 0130, 0135): nothing this transaction granted commits
+    -- unless both exist and the quarantine has passed. It runs last,
+    -- after every lock wait, so it sees a loss that committed meanwhile.
+    -- The sessions' marker is looked up first instead (MySQL refuses a
+    -- subquery on the table an UPDATE changes): a session that could take
+    -- over leases of vanished sessions was opened after they vanished,
+    -- so that look sees the loss; and if this session's own row vanishes
+    -- while it runs, the statement at the end finds nothing. Reading
+    -- costs no statement of its own on the usual path; the rare other
+    -- one is sorted out after a rollback.
     WHILE v_pos <= CHAR_LENGTH(p_names) DO
         SET v_end = LOCATE(',', p_names, v_pos);
         IF v_end = 0 THEN
@@ -402,28 +428,47 @@ BEGIN
     END WHILE;
     IF v_won = 1 THEN
         UPDATE {p}_sessions SET version = version + 1
-         WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6)
-           AND EXISTS (SELECT 1 FROM {p}_epoch e WHERE e.id = 1 AND e.quarantine_until <= UTC_TIMESTAMP(6));
+         WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6) AND v_marked = 1
+           AND EXISTS (SELECT 1 FROM {p}_epoch e JOIN {p}_leases ml ON ml.name = '~epoch' WHERE e.id = 1 AND e.quarantine_until <= UTC_TIMESTAMP(6));
         SET v_alive = ROW_COUNT();
     ELSE
-        SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6)
-           AND EXISTS (SELECT 1 FROM {p}_epoch e WHERE e.id = 1 AND e.quarantine_until <= UTC_TIMESTAMP(6));
+        SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6) AND v_marked = 1
+           AND EXISTS (SELECT 1 FROM {p}_epoch e JOIN {p}_leases ml ON ml.name = '~epoch' WHERE e.id = 1 AND e.quarantine_until <= UTC_TIMESTAMP(6));
     END IF;
     IF v_alive = 0 THEN
         -- The session expired, or the namespace is quarantined, or its
-        -- epoch row is missing (its records were lost: a term granted
-        -- before lasted at most one maximum lease, so none is granted
-        -- until that long after now). Nothing of the above stays.
+        -- records were lost (the epoch row or a marker is missing: a term
+        -- granted before lasted at most one maximum lease, so none is
+        -- granted until that long after now). Nothing of the above
+        -- stays. Finders take turns on the epoch row (or, when it is
+        -- missing, on inserting it), so they agree on one quarantine,
+        -- which later ones read, never restart.
         ROLLBACK;
         START TRANSACTION;
+        SELECT quarantine_until INTO v_until FROM {p}_epoch WHERE id = 1 FOR UPDATE;
         SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6);
-        IF v_alive = 1 THEN
+        IF NOT EXISTS (SELECT 1 FROM {p}_leases WHERE name = '~epoch') THEN
+            -- The leases lost their rows while sessions may live on, each
+            -- believing its version still says what it owns: a new
+            -- version makes each one's next renewal list what it owns now
+            -- (nothing lost), so its engine ends those terms.
+            UPDATE {p}_sessions SET version = version + 1 WHERE id <> '~epoch';
+            INSERT INTO {p}_leases (name, session_id, token, held) VALUES ('~epoch', NULL, 0, 0)
+            ON DUPLICATE KEY UPDATE name = name;
+            SET v_lost = 1;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM {p}_sessions WHERE id = '~epoch') THEN
+            INSERT INTO {p}_sessions (id, expires_at, lease_us, version) VALUES ('~epoch', '9999-12-31 23:59:59.999999', 0, 0)
+            ON DUPLICATE KEY UPDATE id = id;
+            SET v_lost = 1;
+        END IF;
+        IF v_until IS NULL OR v_lost = 1 THEN
             INSERT INTO {p}_epoch (id, quarantine_until)
             VALUES (1, UTC_TIMESTAMP(6) + INTERVAL p_quarantine_us MICROSECOND)
-            ON DUPLICATE KEY UPDATE id = id;
-            SELECT GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), quarantine_until)) INTO v_q
-              FROM {p}_epoch WHERE id = 1;
+            ON DUPLICATE KEY UPDATE quarantine_until = IF(v_lost = 1, GREATEST(quarantine_until, VALUES(quarantine_until)), quarantine_until);
         END IF;
+        SELECT GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), quarantine_until)) INTO v_q
+          FROM {p}_epoch WHERE id = 1;
         COMMIT;
         SET SESSION innodb_lock_wait_timeout = v_lwt;
         IF v_alive = 0 THEN

@@ -21,9 +21,9 @@ func SchemaAt(prefix string, v int) (string, error) {
 	return core.Expand(sql, prefix)
 }
 
-// AcquireWithoutQuarantine is acquire_v2 with its epoch check taken out
-// (the row always reads as present and out of quarantine): the planted
-// bug that the data-loss tests must catch.
+// AcquireWithoutQuarantine is acquire_v2 with its check of the epoch row
+// and markers taken out: the planted bug that the data-loss tests must
+// catch.
 func AcquireWithoutQuarantine(prefix string) (string, error) {
 	m := migrations[2]
 	start := strings.Index(m, "CREATE OR REPLACE FUNCTION {p}_acquire_v2")
@@ -32,10 +32,9 @@ func AcquireWithoutQuarantine(prefix string) (string, error) {
 	}
 	end := strings.Index(m[start:], "END $$;")
 	body := m[start : start+end+len("END $$;")]
-	const check = "SELECT e.quarantine_until INTO v_until FROM {p}_epoch e WHERE e.id = 1;"
+	const check = "\n           AND EXISTS (SELECT 1 FROM {p}_epoch e JOIN {p}_sessions ms ON ms.id = '~epoch' JOIN {p}_leases ml ON ml.name = '~epoch' WHERE e.id = 1 AND e.quarantine_until <= clock_timestamp())"
 	if strings.Count(body, check) != 2 {
 		return "", fmt.Errorf("acquire_v2's epoch check not found twice")
 	}
-	body = strings.Replace(body, check, "v_until := '-infinity';", 1)
-	return core.Expand(body, prefix)
+	return core.Expand(strings.ReplaceAll(body, check, ""), prefix)
 }

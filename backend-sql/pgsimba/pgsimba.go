@@ -294,8 +294,8 @@ func (b *Backend) Close(ctx context.Context, id driver.ID) error {
 }
 
 type queries struct {
-	open, renew, acquire, release, close, channel string
-	version, inspectNames, inspectPrefix          string
+	open, renew, acquire, epoch, release, close, channel string
+	version, inspectNames, inspectPrefix                 string
 }
 
 // inspectSQL lists live holders; the WHERE clause is appended. One clock
@@ -320,6 +320,7 @@ func newQueries(prefix string) (queries, error) {
 		{&q.inspectPrefix, inspectSQL + "left(l.name, length($1)) = $1"},
 		{&q.renew, "SELECT r_remaining_us, r_version, r_name, r_token FROM {p}_renew_v2($1, $2, $3)"},
 		{&q.acquire, "SELECT r_name, r_token FROM {p}_acquire_v2($1, $2, $3, $4)"},
+		{&q.epoch, "SELECT {p}_epoch_v1($1, $2)"},
 		{&q.release, "SELECT {p}_release_v2($1, $2, $3, $4)"},
 		{&q.close, "SELECT {p}_close_v2($1, $2)"},
 		{&q.channel, `LISTEN "{p}_released"`},
@@ -394,49 +395,62 @@ func (s store) Renew(ctx context.Context, id string, known uint64, waitMS int64)
 }
 
 func (s store) Acquire(ctx context.Context, id string, names []string, quarantineUS, waitMS int64) (core.AcquireResult, bool, error) {
+	for attempt := 1; ; attempt++ {
+		tokens, err := s.acquireOnce(ctx, id, names, quarantineUS, waitMS)
+		pe := (*pgconn.PgError)(nil)
+		switch {
+		case errors.As(err, &pe) && pe.Code == sqlstateExpired:
+			return core.AcquireResult{}, false, nil
+		case err == nil || pe == nil || pe.Code != sqlstateLost:
+			return core.AcquireResult{Tokens: tokens}, err == nil, err
+		}
+		// The namespace's records were lost, or it is quarantined:
+		// acquire_v2 rolled everything back. epoch_v1 notes the loss and
+		// says how long the quarantine has left (ADR 0135).
+		var left int64
+		if err := s.b.pool.QueryRow(ctx, s.b.q.epoch, quarantineUS, waitMS).Scan(&left); err != nil {
+			return core.AcquireResult{}, false, err
+		}
+		if left > 0 {
+			return core.AcquireResult{QuarantineUS: left}, true, nil
+		}
+		if attempt == 3 { // the quarantine ended, yet acquire still finds it
+			return core.AcquireResult{}, false, fmt.Errorf("%w: acquire_v2 reports a lost or quarantined namespace that epoch_v1 does not", core.ErrBadReply)
+		}
+	}
+}
+
+func (s store) acquireOnce(ctx context.Context, id string, names []string, quarantineUS, waitMS int64) ([]uint64, error) {
 	rows, err := s.b.pool.Query(ctx, s.b.q.acquire, id, names, quarantineUS, waitMS)
 	if err != nil {
-		return core.AcquireResult{}, false, err
+		return nil, err
 	}
 	defer rows.Close()
-	r, err := s.acquired(rows, names)
-	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == sqlstateExpired {
-		return core.AcquireResult{}, false, nil
-	}
-	return r, err == nil, err
+	return s.acquired(rows, names)
 }
 
 // sqlstateExpired is raised by the acquire routine for an expired or
-// unknown session (after rolling back what it did).
-const sqlstateExpired = "SX001"
+// unknown session, sqlstateLost for a namespace whose records were lost
+// or that is quarantined (in both cases after rolling back what it did).
+const (
+	sqlstateExpired = "SX001"
+	sqlstateLost    = "SX002"
+)
 
-// acquired reads acquire_v2's answer: a token per name in order, or one
-// row (NULL, µs left) while the namespace is quarantined.
-func (s store) acquired(rows pgx.Rows, names []string) (core.AcquireResult, error) {
-	var r core.AcquireResult
+func (s store) acquired(rows pgx.Rows, names []string) ([]uint64, error) {
 	tokens := make([]uint64, 0, len(names))
 	for rows.Next() {
-		var name *string
+		var name string
 		var token int64
 		if err := rows.Scan(&name, &token); err != nil {
-			return r, err
+			return nil, err
 		}
-		if name == nil {
-			if len(tokens) > 0 || r.QuarantineUS != 0 || token <= 0 {
-				return r, fmt.Errorf("%w: quarantine row (%d µs) out of place", core.ErrBadReply, token)
-			}
-			r.QuarantineUS = token
-			continue
-		}
-		if r.QuarantineUS != 0 || len(tokens) >= len(names) || names[len(tokens)] != *name {
-			return r, fmt.Errorf("%w: token for %q out of order", core.ErrBadReply, *name)
+		if len(tokens) >= len(names) || names[len(tokens)] != name {
+			return nil, fmt.Errorf("%w: token for %q out of order", core.ErrBadReply, name)
 		}
 		tokens = append(tokens, uint64(token))
 	}
-	if r.QuarantineUS == 0 {
-		r.Tokens = tokens
-	}
-	return r, rows.Err()
+	return tokens, rows.Err()
 }
 
 func (s store) Release(ctx context.Context, id string, leases []driver.Lease, waitMS int64) error {

@@ -252,16 +252,30 @@ ON CONFLICT (id) DO UPDATE SET version = excluded.version, compatible_from = exc
 	// the caller's deadline). The _v1 routines stay for processes not yet
 	// upgraded; they neither check the epoch nor bound their waits.
 	//
-	// The migration creates the epoch table empty: tables that already
-	// existed may have just been restored from an old backup, so the
-	// first acquire after it quarantines (once, for one maximum lease).
-	// Only the creation of a new namespace (Migration from 0) writes the
+	// Detection needs a mark in every table that can lose its rows: the
+	// epoch row, and a marker row '~epoch' in <p>_sessions and in
+	// <p>_leases (never a session id nor a lease name: neither is valid;
+	// the session marker never expires, so no open routine collects it).
+	// Tables emptied one after the other (TRUNCATE a; TRUNCATE b) would
+	// otherwise leave a window in which sessions are gone, leases look
+	// free and the epoch row is still there.
+	//
+	// The migration creates the markers (they mark these tables from now
+	// on) but leaves the epoch table empty: tables that already existed
+	// may have just been restored from an old backup, so the first
+	// acquire after it quarantines (once, for one maximum lease). Only
+	// the creation of a new namespace (Migration from 0) writes the epoch
 	// row, in the same transaction that creates the tables.
 	2: `
 CREATE TABLE IF NOT EXISTS {p}_epoch (
     id               integer     PRIMARY KEY CHECK (id = 1),
     quarantine_until timestamptz NOT NULL
 );
+
+INSERT INTO {p}_sessions (id, expires_at, lease, version) VALUES ('~epoch', 'infinity', interval '0', 0)
+ON CONFLICT (id) DO NOTHING;
+INSERT INTO {p}_leases (name, session_id, token, held) VALUES ('~epoch', NULL, 0, false)
+ON CONFLICT (name) DO NOTHING;
 
 CREATE OR REPLACE FUNCTION {p}_open_v3(p_id text, p_lease_us bigint, p_owner text, p_wait_ms bigint) RETURNS bigint
 LANGUAGE plpgsql AS $$
@@ -307,8 +321,9 @@ BEGIN
     END IF;
 END $$;
 
--- acquire_v2 answers (r_name, r_token) per name, or, while the namespace
--- is quarantined, the single row (NULL, microseconds left).
+-- acquire_v2 answers (r_name, r_token) per name; it fails with SQLSTATE
+-- SX002, rolling back all it did, when the namespace's records were lost
+-- or it is quarantined (the client then calls epoch_v1).
 CREATE OR REPLACE FUNCTION {p}_acquire_v2(p_id text, p_names text[], p_quarantine_us bigint, p_wait_ms bigint)
 RETURNS TABLE (r_name text, r_token bigint)
 LANGUAGE plpgsql AS $$
@@ -319,36 +334,15 @@ DECLARE
     v_held  boolean;
     v_alive boolean;
     v_won   boolean := false;
-    v_until timestamptz;
 BEGIN
     PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true);
-    -- The epoch row, in the transaction that grants (ADR 0130). Missing:
-    -- the records were lost (the tables emptied, a restore from a backup
-    -- without it). A term granted before the loss lasted at most one
-    -- maximum lease, so none is granted until that long after now. The
-    -- row is read, not locked: a loss that commits while this runs
-    -- either removed this session's row (the check at the end rolls all
-    -- back) or left what this grants in place.
-    SELECT e.quarantine_until INTO v_until FROM {p}_epoch e WHERE e.id = 1;
-    IF NOT FOUND THEN
-        INSERT INTO {p}_epoch AS e (id, quarantine_until)
-        VALUES (1, clock_timestamp() + p_quarantine_us * interval '1 microsecond')
-        ON CONFLICT (id) DO NOTHING;
-        SELECT e.quarantine_until INTO v_until FROM {p}_epoch e WHERE e.id = 1;
-    END IF;
-    IF v_until > clock_timestamp() THEN
-        -- An expired session answers expired (rolling the epoch row back
-        -- too: the next live caller writes it, later, so no shorter).
-        PERFORM 1 FROM {p}_sessions s WHERE s.id = p_id AND s.expires_at > clock_timestamp();
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'simba: session % expired or unknown', p_id USING ERRCODE = 'SX001';
-        END IF;
-        r_name := NULL;
-        r_token := greatest(1, ceil(extract(epoch FROM v_until - clock_timestamp()) * 1000000))::bigint;
-        RETURN NEXT;
-        RETURN;
-    END IF;
-    -- From here on as acquire_v1 (see its comments).
+    -- As acquire_v1 (see its comments), and the statement at the end
+    -- that checks the session also checks the epoch row and both
+    -- markers (ADR 0130, 0135): nothing granted here commits unless all
+    -- three exist and the quarantine has passed. It runs last, after
+    -- every lock wait, so it sees a loss that committed meanwhile (a
+    -- DELETE of the leases while this waited for a row, say); the rows
+    -- are read, not locked.
     FOREACH v_name IN ARRAY p_names LOOP
         r_name := v_name;
         UPDATE {p}_leases l SET session_id = p_id, held = true,
@@ -402,13 +396,63 @@ BEGIN
     END LOOP;
     IF v_won THEN
         UPDATE {p}_sessions s SET version = s.version + 1
-         WHERE s.id = p_id AND s.expires_at > clock_timestamp();
+         WHERE s.id = p_id AND s.expires_at > clock_timestamp()
+           AND EXISTS (SELECT 1 FROM {p}_epoch e JOIN {p}_sessions ms ON ms.id = '~epoch' JOIN {p}_leases ml ON ml.name = '~epoch' WHERE e.id = 1 AND e.quarantine_until <= clock_timestamp());
     ELSE
-        PERFORM 1 FROM {p}_sessions s WHERE s.id = p_id AND s.expires_at > clock_timestamp();
+        PERFORM 1 FROM {p}_sessions s WHERE s.id = p_id AND s.expires_at > clock_timestamp()
+           AND EXISTS (SELECT 1 FROM {p}_epoch e JOIN {p}_sessions ms ON ms.id = '~epoch' JOIN {p}_leases ml ON ml.name = '~epoch' WHERE e.id = 1 AND e.quarantine_until <= clock_timestamp());
     END IF;
     IF NOT FOUND THEN
+        PERFORM 1 FROM {p}_sessions s WHERE s.id = p_id AND s.expires_at > clock_timestamp();
+        IF FOUND THEN
+            RAISE EXCEPTION 'simba: namespace {p} lost its records or is quarantined' USING ERRCODE = 'SX002';
+        END IF;
         RAISE EXCEPTION 'simba: session % expired or unknown', p_id USING ERRCODE = 'SX001';
     END IF;
+END $$;
+
+-- epoch_v1 runs after acquire_v2 failed with SX002: it notes a loss and
+-- answers the microseconds left in the namespace's quarantine (0: none,
+-- try again). A missing epoch row or marker means the records were lost
+-- (the tables emptied, a restore from a backup without them): a term
+-- granted before the loss lasted at most one maximum lease, so no lease
+-- is granted until that long after now (p_quarantine_us). Finders take
+-- turns (the table lock conflicts with itself only; acquire's reads pass),
+-- so they agree on one quarantine, which later ones read, never restart.
+CREATE OR REPLACE FUNCTION {p}_epoch_v1(p_quarantine_us bigint, p_wait_ms bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_until timestamptz;
+    v_lost  boolean := false;
+BEGIN
+    PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true);
+    LOCK TABLE {p}_epoch IN EXCLUSIVE MODE;
+    IF NOT EXISTS (SELECT 1 FROM {p}_leases WHERE name = '~epoch') THEN
+        -- The leases lost their rows while sessions may live on, each
+        -- believing its version still says what it owns: a new version
+        -- makes each one's next renewal list what it owns now (nothing
+        -- lost), so its engine ends those terms. Sessions live on.
+        UPDATE {p}_sessions SET version = version + 1 WHERE id <> '~epoch';
+        INSERT INTO {p}_leases (name, session_id, token, held) VALUES ('~epoch', NULL, 0, false)
+        ON CONFLICT (name) DO NOTHING;
+        v_lost := true;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM {p}_sessions WHERE id = '~epoch') THEN
+        INSERT INTO {p}_sessions (id, expires_at, lease, version) VALUES ('~epoch', 'infinity', interval '0', 0)
+        ON CONFLICT (id) DO NOTHING;
+        v_lost := true;
+    END IF;
+    SELECT e.quarantine_until INTO v_until FROM {p}_epoch e WHERE e.id = 1;
+    IF NOT FOUND THEN
+        INSERT INTO {p}_epoch (id, quarantine_until)
+        VALUES (1, clock_timestamp() + p_quarantine_us * interval '1 microsecond')
+        RETURNING quarantine_until INTO v_until;
+    ELSIF v_lost THEN
+        UPDATE {p}_epoch e SET quarantine_until = greatest(e.quarantine_until, clock_timestamp() + p_quarantine_us * interval '1 microsecond')
+         WHERE e.id = 1
+        RETURNING e.quarantine_until INTO v_until;
+    END IF;
+    RETURN greatest(0, ceil(extract(epoch FROM v_until - clock_timestamp()) * 1000000))::bigint;
 END $$;
 
 CREATE OR REPLACE FUNCTION {p}_release_v2(p_id text, p_names text[], p_tokens bigint[], p_wait_ms bigint)
@@ -459,7 +503,7 @@ UPDATE {p}_schema SET version = 3, compatible_from = 1 WHERE id = 1;
 // its transaction: tables that did not exist held no leases, so the new
 // namespace starts with no quarantine (ADR 0130). Never part of a
 // migration of existing tables, which may have been restored from a
-// backup.
+// backup. (The markers come with migration 2.)
 const initEpoch = `
 INSERT INTO {p}_epoch (id, quarantine_until) VALUES (1, clock_timestamp())
 ON CONFLICT (id) DO NOTHING;

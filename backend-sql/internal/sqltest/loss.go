@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +51,9 @@ type wipe struct {
 	// term (an old backup that lacks the epoch row); old sessions may then
 	// look alive, so their expiry is not checked.
 	restore bool
+	// sessionsKept: only the leases lose their rows; the sessions live
+	// on, and must learn that they own nothing now.
+	sessionsKept bool
 }
 
 func (l Loss) wipes() []wipe {
@@ -58,6 +64,14 @@ func (l Loss) wipes() []wipe {
 				out = append(out, "TRUNCATE TABLE "+t)
 			}
 			return out
+		}},
+		// One table alone: emptied one after the other, the first
+		// leaves a window in which the other two still look intact.
+		{name: "TruncateSessionsOnly", sql: func(p string) []string {
+			return []string{"TRUNCATE TABLE " + p + "_sessions"}
+		}},
+		{name: "TruncateLeasesOnly", sessionsKept: true, sql: func(p string) []string {
+			return []string{"TRUNCATE TABLE " + p + "_leases"}
 		}},
 		{name: "DeleteEveryRow", sql: func(p string) []string {
 			var out []string
@@ -160,14 +174,15 @@ func (l Loss) scenario(t *testing.T, w wipe, skip bool) error {
 	if tx <= t1 || ty == 0 {
 		t.Fatalf("tokens before the loss: x %d then %d, y %d", t1, tx, ty)
 	}
+	r0, err := b.Renew(ctx, driver.RenewRequest{ID: a})
+	if err != nil || len(r0.Leases) != 2 {
+		t.Fatalf("renewal before the loss: %+v, %v; want x and y", r0, err)
+	}
 	if skip {
 		l.SkipQuarantine(t, prefix)
 	}
 	l.Exec(t, w.sql(prefix)...)
 	lost := time.Now()
-	if _, err := b.Renew(ctx, driver.RenewRequest{ID: a}); !w.restore && !errors.Is(err, driver.ErrExpired) {
-		return fmt.Errorf("renewal of a session whose rows were lost: err = %v, want ErrExpired", err)
-	}
 	c := l.New(t, prefix, lossMaxLease) // another process
 	rc, err := c.Open(ctx, driver.OpenRequest{LeaseDuration: lossMaxLease})
 	if err != nil {
@@ -188,7 +203,18 @@ func (l Loss) scenario(t *testing.T, w wipe, skip bool) error {
 		return fmt.Errorf("first Acquire after the loss: Quarantine %v with tokens %v: a quarantine grants nothing", rep.Quarantine, tokens(rep))
 	}
 	q := rep.Quarantine
-	if !w.restore {
+	switch {
+	case w.sessionsKept:
+		// It lives on, but its next renewal says it owns nothing now,
+		// whatever version it knew: its engine ends both terms.
+		r, err := b.Renew(ctx, driver.RenewRequest{ID: a, KnownVersion: r0.Version})
+		if err != nil || !r.Full || len(r.Leases) != 0 {
+			return fmt.Errorf("renewal of a session whose leases were lost, once noticed: %+v, %v; want the full list, empty", r, err)
+		}
+	case !w.restore:
+		if _, err := b.Renew(ctx, driver.RenewRequest{ID: a}); !errors.Is(err, driver.ErrExpired) {
+			return fmt.Errorf("renewal of a session whose rows were lost: err = %v, want ErrExpired", err)
+		}
 		if _, err := acquireReply(ctx, b, a, "z"); !errors.Is(err, driver.ErrExpired) {
 			return fmt.Errorf("Acquire by a session whose rows were lost, during the quarantine: err = %v, want ErrExpired", err)
 		}
@@ -262,5 +288,22 @@ func (l Loss) maxLeaseCaps(t *testing.T) {
 	r, err := b.Renew(Ctx(t), driver.RenewRequest{ID: rep.ID})
 	if err != nil || r.Remaining <= 0 || r.Remaining > lossMaxLease {
 		t.Fatalf("Renew with MaxLease %v = %+v, %v; want at most MaxLease", lossMaxLease, r, err)
+	}
+}
+
+// KitFails runs the test t in a child test binary, with env set, limited
+// to its subtest named subtest, and checks that the subtest fails there.
+// The child (env set) runs the conformance kit on a backend with a
+// planted bug: this proves the kit can catch it.
+func KitFails(t *testing.T, env, subtest string) {
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+t.Name()+"$/^"+subtest+"$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		t.Fatalf("the kit on the planted bug: err = %v, want a failing test binary; output:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "--- FAIL: "+t.Name()+"/"+subtest) {
+		t.Fatalf("the kit on the planted bug did not fail %s; output:\n%s", subtest, out)
 	}
 }
