@@ -327,12 +327,14 @@ var setups = []struct {
 }{
 	{"postgres", func(t *testing.T, r *rig) ([]string, bool) {
 		s := simbatest.Postgres(t)
-		r.faults = append(r.faults, serverRestart(func() *simbatest.Node { return s.Node }))
+		r.faults = append(r.faults, serverRestart(func() *simbatest.Node { return s.Node }),
+			sqlWipe(s.Node.Addr, func(ctx context.Context, q string) error { _, err := s.Pool.Exec(ctx, q); return err }))
 		return []string{s.Node.Addr}, true
 	}},
 	{"mysql", func(t *testing.T, r *rig) ([]string, bool) {
 		s := simbatest.MySQL(t)
-		r.faults = append(r.faults, serverRestart(func() *simbatest.Node { return s.Node }))
+		r.faults = append(r.faults, serverRestart(func() *simbatest.Node { return s.Node }),
+			sqlWipe(s.Node.Addr, func(ctx context.Context, q string) error { _, err := s.DB.ExecContext(ctx, q); return err }))
 		return []string{s.Node.Addr}, true
 	}},
 	{"redis", func(t *testing.T, r *rig) ([]string, bool) {
@@ -391,6 +393,24 @@ var setups = []struct {
 		}})
 		return s.Servers(), true
 	}},
+}
+
+// sqlWipe empties the namespace's tables while the workers run, one
+// statement after the other, the data loss of SQL (a TRUNCATE by hand, a
+// restore): the quarantine must keep the next leader from acting before
+// the old one's term has ended (ADR 0130, 0135). The workers cap leases at
+// one lease, so it lasts one lease.
+func sqlWipe(addr string, exec func(ctx context.Context, q string) error) fault {
+	return fault{"wipe", func(ctx context.Context, r *rig) error {
+		r.record(faultcheck.Event{Kind: faultcheck.Fault, Worker: addr, T: faultcheck.Now(), Reason: "wipe"})
+		for _, tbl := range []string{"_sessions", "_leases", "_epoch"} {
+			// r.ns is "ch" and digits: a valid table prefix.
+			if err := exec(ctx, "TRUNCATE TABLE "+r.ns+tbl); err != nil {
+				return err
+			}
+		}
+		return nil
+	}}
 }
 
 // zkRoot is the workers' namespace root (simba-worker's).

@@ -197,9 +197,10 @@ func lateActs(lg *logger, tm *term.Term, lease, every time.Duration, name string
 }
 
 // open builds the backend client. Every worker of a run uses the same
-// lease, so it is the Redis and ZooKeeper backends' MaxLease too: their
-// quarantine after a data loss lasts one lease (ADR 0130). The controller
-// initialises the namespace before the first worker starts.
+// lease, so it is the Redis, ZooKeeper and SQL backends' MaxLease too:
+// their quarantine after a data loss lasts one lease (ADR 0130). The
+// controller initialises the Redis and ZooKeeper namespaces before the
+// first worker starts (SQL namespaces are created by New).
 func open(ctx context.Context, kind, addr, ns string, lease time.Duration) (session.Backend, func(), error) {
 	switch kind {
 	case "redis", "redis-cluster":
@@ -216,7 +217,7 @@ func open(ctx context.Context, kind, addr, ns string, lease time.Duration) (sess
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := pgsimba.New(ctx, pool, pgsimba.WithNamespace(ns))
+		b, err := pgsimba.New(ctx, pool, pgsimba.WithNamespace(ns), pgsimba.WithMaxLease(lease))
 		if err != nil {
 			pool.Close()
 			return nil, nil, err
@@ -227,7 +228,7 @@ func open(ctx context.Context, kind, addr, ns string, lease time.Duration) (sess
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithNamespace(ns))
+		b, err := mysqlsimba.New(ctx, db, mysqlsimba.WithNamespace(ns), mysqlsimba.WithMaxLease(lease))
 		if err != nil {
 			_ = db.Close()
 			return nil, nil, err
