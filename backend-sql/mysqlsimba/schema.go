@@ -440,12 +440,14 @@ BEGIN
         -- records were lost (the epoch row or a marker is missing: a term
         -- granted before lasted at most one maximum lease, so none is
         -- granted until that long after now). Nothing of the above
-        -- stays. Finders take turns on the epoch row (or, when it is
-        -- missing, on inserting it), so they agree on one quarantine,
-        -- which later ones read, never restart.
+        -- stays. Finders take turns on the schema row (always there,
+        -- and locked by nothing else), so a later one sees the marks an
+        -- earlier one put back: they agree on one quarantine, which later
+        -- ones read, never restart.
         ROLLBACK;
         START TRANSACTION;
-        SELECT quarantine_until INTO v_until FROM {p}_epoch WHERE id = 1 FOR UPDATE;
+        SELECT COUNT(*) INTO v_q FROM {p}_schema WHERE id = 1 FOR UPDATE;
+        SELECT quarantine_until INTO v_until FROM {p}_epoch WHERE id = 1;
         SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6);
         IF NOT EXISTS (SELECT 1 FROM {p}_leases WHERE name = '~epoch') THEN
             -- The leases lost their rows while sessions may live on, each
