@@ -12,20 +12,27 @@ import (
 	"github.com/simba-go/simba/session/driver"
 )
 
-// deleteAll deletes path and everything under it, as `deleteall` does:
-// the namespace's records lost while the ensemble keeps running.
+// deleteAll deletes path and everything under it as zkCli's deleteall
+// does (ZKUtil.deleteRecursive): the subtree listed breadth-first, then
+// deleted node by node from the end of that list, the deepest level
+// first. The namespace's records are lost while the ensemble runs.
 func deleteAll(t testing.TB, conn *zk.Conn, path string) {
 	t.Helper()
-	children, _, err := conn.Children(path)
-	if errors.Is(err, zk.ErrNoNode) {
-		return
+	tree := []string{path}
+	for i := 0; i < len(tree); i++ {
+		children, _, err := conn.Children(tree[i])
+		if errors.Is(err, zk.ErrNoNode) {
+			continue
+		}
+		must(t, err)
+		for _, c := range children {
+			tree = append(tree, tree[i]+"/"+c)
+		}
 	}
-	must(t, err)
-	for _, c := range children {
-		deleteAll(t, conn, path+"/"+c)
-	}
-	if err := conn.Delete(path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
-		t.Fatal(err)
+	for i := len(tree) - 1; i >= 0; i-- {
+		if err := conn.Delete(tree[i], -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			t.Fatalf("delete %s: %v", tree[i], err)
+		}
 	}
 }
 
@@ -234,5 +241,27 @@ func TestMaxLeaseCapsTheTimeout(t *testing.T) {
 	c := newBackend(t, addrs(zks), newRoot(t), zksimba.WithMaxLease(time.Second))
 	if _, err := c.Open(ctxT(t, 10*time.Second), driver.OpenRequest{LeaseDuration: time.Second}); !errors.Is(err, zksimba.ErrInvalidOption) {
 		t.Fatalf("Open with a cap below minSessionTimeout = %v, want ErrInvalidOption", err)
+	}
+}
+
+// A root whose record is gone or garbled while its identity node stays
+// (someone overwrote the root's data): the new epoch replaces the old
+// identity in the same multi, so no session of the old epoch renews or
+// acquires on, with tokens of the old epoch, beside the new one.
+func TestEpochReplacedEndsTheOldEpochsSessions(t *testing.T) {
+	srv, root := standalone(t), newRoot(t)
+	a := newBackend(t, srv, root, zksimba.WithMaxLease(time.Second))
+	sa := open(t, a, 2*time.Second)
+	if _, err := rawConn(t, srv).Set(root, []byte("not a record"), -1); err != nil {
+		t.Fatal(err)
+	}
+	b := newBackendNoInit(t, srv, root, zksimba.WithMaxLease(time.Second))
+	open(t, b, 2*time.Second) // finds no valid record: a new epoch, in quarantine
+	if _, err := a.Renew(ctxT(t, 10*time.Second), driver.RenewRequest{ID: sa.ID}); !errors.Is(err, driver.ErrExpired) {
+		t.Fatalf("Renew of the old epoch's session after the epoch was replaced = %v, want ErrExpired", err)
+	}
+	children, _, err := rawConn(t, srv).Children(root + "/@epoch")
+	if err != nil || len(children) != 1 {
+		t.Fatalf("identity nodes after the replacement: %v, %v; want exactly one", children, err)
 	}
 }

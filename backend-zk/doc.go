@@ -45,7 +45,7 @@
 //
 // # Data loss
 //
-// The root's data is the namespace's epoch record and <root>/@epoch-<id>
+// The root's data is the namespace's epoch record and <root>/@epoch/<id>
 // its identity; every Acquire and Renew checks that node in its multi. A
 // root deleted (even one an older client recreated) or an ensemble rebuilt
 // from empty disks fails that check in every process: the session answers

@@ -13,15 +13,20 @@ import (
 )
 
 // The namespace epoch (docs/adr/0138-zk-epoch-tokens.md). The root node's
-// data is the epoch record; the empty node <root>/@epoch-<id> is its
+// data is the epoch record; the empty node <root>/@epoch/<id> is its
 // identity: every Acquire and Renew checks that node in the same multi, so
 // a root deleted and recreated (by anyone, even an older client that
 // recreates it without a record) or an ensemble rebuilt from empty disks
 // is seen by every process at its next request. '@' is not a lease-name
-// byte, so the node never collides with a lease.
+// byte, so the nodes never collide with a lease. The identity sits one
+// level below the leases, so a recursive delete of the root (zkCli's
+// deleteall and rmr delete the deepest level first) removes it before
+// any lease node: no lease is deleted while the epoch still stands.
 
-// epochPrefix starts the name of the epoch's identity node.
-const epochPrefix = "@epoch-"
+// epochDir is the parent of the epoch's identity node, under the root.
+const epochDir = "@epoch"
+
+func identityPath(root, id string) string { return root + "/" + epochDir + "/" + id }
 
 // ErrTokenOverflow is the error of an acquisition whose token would not
 // stay below the next epoch's: the token's high part (the epoch's start,
@@ -63,7 +68,7 @@ func newEpoch(root string, rec epochRecord, st *zk.Stat) (*epoch, error) {
 	if rec.QuarantineMS < 0 {
 		return nil, fmt.Errorf("epoch record of %s: negative quarantine %dms", root, rec.QuarantineMS)
 	}
-	e := &epoch{id: rec.Epoch, path: root + "/" + epochPrefix + rec.Epoch, czxid: st.Czxid, ctime: st.Ctime, start: uint64(st.Ctime / 1000)}
+	e := &epoch{id: rec.Epoch, path: identityPath(root, rec.Epoch), czxid: st.Czxid, ctime: st.Ctime, start: uint64(st.Ctime / 1000)}
 	if rec.QuarantineMS > 0 {
 		e.start++
 		// The quarantine also lasts until the second of start: before it,
@@ -140,7 +145,7 @@ func (b *Backend) loadEpoch(ctx context.Context, conn *zk.Conn, quarantine time.
 				return nil, nil
 			}
 			e, err := b.createEpoch(ctx, conn, -1, quarantine)
-			if errors.Is(err, zk.ErrNodeExists) || errors.Is(err, zk.ErrBadVersion) {
+			if changedMeanwhile(err) {
 				continue // someone else was first: read theirs
 			}
 			return e, err
@@ -151,7 +156,7 @@ func (b *Backend) loadEpoch(ctx context.Context, conn *zk.Conn, quarantine time.
 		var rec epochRecord
 		if json.Unmarshal(r.data, &rec) == nil && validEpochID(rec.Epoch) {
 			st, err := call(ctx, b, func() (*zk.Stat, error) {
-				ok, st, err := conn.Exists(b.root + "/" + epochPrefix + rec.Epoch)
+				ok, st, err := conn.Exists(identityPath(b.root, rec.Epoch))
 				if err == nil && !ok {
 					st = nil
 				}
@@ -172,7 +177,7 @@ func (b *Backend) loadEpoch(ctx context.Context, conn *zk.Conn, quarantine time.
 			return nil, nil
 		}
 		e, err := b.createEpoch(ctx, conn, r.st.Version, quarantine)
-		if errors.Is(err, zk.ErrNodeExists) || errors.Is(err, zk.ErrBadVersion) {
+		if changedMeanwhile(err) {
 			continue
 		}
 		return e, err
@@ -181,8 +186,10 @@ func (b *Backend) loadEpoch(ctx context.Context, conn *zk.Conn, quarantine time.
 }
 
 // createEpoch creates a new epoch in one multi: the root with the record
-// (rootVersion -1) or the record set on the existing root at rootVersion,
-// and the identity node, whose stat the trailing setData returns.
+// (rootVersion -1) or the record set on the existing root at rootVersion
+// (deleting any other identity node, so that no session of an older epoch
+// passes its check), and the identity node, whose stat the trailing
+// setData returns.
 func (b *Backend) createEpoch(ctx context.Context, conn *zk.Conn, rootVersion int32, quarantine time.Duration) (*epoch, error) {
 	var raw [8]byte
 	if _, err := rand.Read(raw[:]); err != nil {
@@ -193,10 +200,12 @@ func (b *Backend) createEpoch(ctx context.Context, conn *zk.Conn, rootVersion in
 	if err != nil {
 		return nil, err
 	}
-	path := b.root + "/" + epochPrefix + rec.Epoch
+	path := identityPath(b.root, rec.Epoch)
+	dir := b.root + "/" + epochDir
 	acl := b.cfg.acl
 	st, err := call(ctx, b, func() (*zk.Stat, error) {
 		var ops []any
+		mkdir := true
 		if rootVersion < 0 {
 			// Parents are shared by other namespaces: open to all, created
 			// one by one (a parent that exists is fine).
@@ -211,6 +220,20 @@ func (b *Backend) createEpoch(ctx context.Context, conn *zk.Conn, rootVersion in
 			ops = append(ops, &zk.CreateRequest{Path: b.root, Data: data, Acl: acl})
 		} else {
 			ops = append(ops, &zk.SetDataRequest{Path: b.root, Data: data, Version: rootVersion})
+			old, _, err := conn.Children(dir)
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
+			case err != nil:
+				return nil, err
+			default:
+				mkdir = false
+				for _, o := range old {
+					ops = append(ops, &zk.DeleteRequest{Path: dir + "/" + o, Version: -1})
+				}
+			}
+		}
+		if mkdir {
+			ops = append(ops, &zk.CreateRequest{Path: dir, Acl: acl})
 		}
 		ops = append(ops,
 			&zk.CreateRequest{Path: path, Acl: acl},
@@ -237,6 +260,13 @@ func (b *Backend) createEpoch(ctx context.Context, conn *zk.Conn, rootVersion in
 		}
 	}
 	return e, err
+}
+
+// changedMeanwhile reports whether an epoch creation failed because
+// someone else changed the namespace between the read and the multi: read
+// again.
+func changedMeanwhile(err error) bool {
+	return errors.Is(err, zk.ErrNodeExists) || errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode)
 }
 
 func validEpochID(id string) bool {

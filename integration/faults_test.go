@@ -432,9 +432,12 @@ func zkInit(t *testing.T, s *simbatest.ZooKeeperServer, r *rig) {
 	}
 }
 
-// zkRootDelete deletes the namespace root and everything under it (an
-// operator's deleteall): the records are lost while every session lives
-// on. The workers must see the epoch gone and wait out the quarantine.
+// zkRootDelete deletes the namespace root and everything under it as an
+// operator's zkCli deleteall does (ZKUtil.deleteRecursive: the subtree
+// listed breadth-first, then deleted from the end of the list, deepest
+// level first), node by node: the records are lost while every session
+// lives on. The workers must see the epoch gone and wait out the
+// quarantine.
 func zkRootDelete(s *simbatest.ZooKeeperServer) fault {
 	return fault{"zk-root-delete", func(ctx context.Context, r *rig) error {
 		conn, _, err := zk.Connect(s.Servers(), 10*time.Second, zk.WithLogInfo(false))
@@ -443,29 +446,29 @@ func zkRootDelete(s *simbatest.ZooKeeperServer) fault {
 		}
 		defer conn.Close()
 		r.record(faultcheck.Event{Kind: faultcheck.Fault, Worker: "all", T: faultcheck.Now(), Reason: "zk-root-delete"})
-		var del func(path string) error
-		del = func(path string) error {
-			children, _, err := conn.Children(path)
-			if errors.Is(err, zk.ErrNoNode) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			for _, c := range children {
-				if err := del(path + "/" + c); err != nil {
+		// A worker may recreate the epoch meanwhile: that is the loss
+		// noticed, which is the point; try again.
+		for range 3 {
+			tree := []string{zkRoot(r)}
+			for i := 0; i < len(tree); i++ {
+				children, _, err := conn.Children(tree[i])
+				if errors.Is(err, zk.ErrNoNode) {
+					continue
+				}
+				if err != nil {
 					return err
 				}
+				for _, c := range children {
+					tree = append(tree, tree[i]+"/"+c)
+				}
 			}
-			if err := conn.Delete(path, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
-				return err
+			err = nil
+			for i := len(tree) - 1; i >= 0 && err == nil; i-- {
+				if err = conn.Delete(tree[i], -1); errors.Is(err, zk.ErrNoNode) {
+					err = nil
+				}
 			}
-			return nil
-		}
-		// A worker may recreate the epoch between the children and the
-		// root: that is the loss noticed, which is the point; try again.
-		for range 3 {
-			if err = del(zkRoot(r)); !errors.Is(err, zk.ErrNotEmpty) {
+			if !errors.Is(err, zk.ErrNotEmpty) {
 				return err
 			}
 		}
