@@ -24,9 +24,11 @@ var ErrNotAuthorized = errors.New("zksimba: credentials refused by the namespace
 // An Option configures a [Backend] in [New].
 type Option func(*config) error
 
-// DefaultMaxLease is the default of [WithMaxLease]: 40 s, ZooKeeper's own
-// default maxSessionTimeout (20 ticks of the default 2 s tickTime).
-const DefaultMaxLease = 40 * time.Second
+// DefaultMaxLease is the default of [WithMaxLease]: 30 s, as on every
+// backend, and below ZooKeeper's own default maxSessionTimeout (40 s: 20
+// ticks of the default 2 s tickTime), so a server with default settings
+// never clamps it.
+const DefaultMaxLease = 30 * time.Second
 
 type config struct {
 	maxLease       time.Duration
