@@ -36,6 +36,7 @@ type client interface {
 // one namespace and is safe for concurrent use.
 type Backend struct {
 	rdb  client
+	uc   redis.UniversalClient // rdb, for pipelines (WithWaitReplicas)
 	ns   string
 	keys keys
 	opts options
@@ -64,6 +65,8 @@ type options struct {
 	subscribeTimeout time.Duration
 	log              *slog.Logger
 	maxLease         time.Duration
+	waitReplicas     int
+	waitTimeout      time.Duration
 }
 
 // DefaultMaxLease is the longest lease a [Backend] grants unless
@@ -131,7 +134,10 @@ func New(rdb redis.UniversalClient, ns string, opts ...Option) (*Backend, error)
 	case o.maxLease < 0:
 		return nil, fmt.Errorf("redissimba: WithMaxLease(%v): want ≥ 0 (0 means %v)", o.maxLease, DefaultMaxLease)
 	}
-	return &Backend{rdb: rdb, ns: ns, keys: newKeys(ns), opts: o, hints: map[string]driver.ID{}}, nil
+	if o.waitReplicas < 0 || o.waitReplicas > 0 && o.waitTimeout <= 0 {
+		return nil, fmt.Errorf("redissimba: WithWaitReplicas(%d, %v): want n ≥ 0 and, with n > 0, a timeout > 0 (WAIT 0 would block forever)", o.waitReplicas, o.waitTimeout)
+	}
+	return &Backend{rdb: rdb, uc: rdb, ns: ns, keys: newKeys(ns), opts: o, hints: map[string]driver.ID{}}, nil
 }
 
 // checkClient refuses clients that ignore context deadlines: the engine
@@ -182,7 +188,7 @@ func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.Open
 	if err != nil {
 		return driver.OpenReply{}, fmt.Errorf("redissimba: open: %w", err)
 	}
-	ttl, err := openScript.Run(ctx, b.rdb, []string{b.keys.session + string(id)}, int64(ms), owner).Int64()
+	ttl, err := b.run(ctx, openScript, []string{b.keys.session + string(id)}, int64(ms), owner).Int64()
 	if err != nil {
 		return driver.OpenReply{}, fmt.Errorf("redissimba: open: %w", err)
 	}
@@ -216,7 +222,7 @@ func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.Re
 	if !validID(req.ID) {
 		return driver.RenewReply{}, expired("renew", req.ID)
 	}
-	res, err := renewScript.Run(ctx, b.rdb, []string{b.keys.session + string(req.ID)},
+	res, err := b.run(ctx, renewScript, []string{b.keys.session + string(req.ID)},
 		strconv.FormatUint(req.KnownVersion, 10), b.maxLeaseMS()).Result()
 	if err != nil {
 		return driver.RenewReply{}, fmt.Errorf("redissimba: renew: %w", err)
@@ -345,7 +351,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest, result
 		args = append(args, len(ks)) // Lua's KEYS index is 1-based
 	}
 	b.hintMu.Unlock()
-	res, err := acquireScript.Run(ctx, b.rdb, ks, args...).Result()
+	res, err := b.run(ctx, acquireScript, ks, args...).Result()
 	if err != nil {
 		return nil, 0, fmt.Errorf("redissimba: acquire: %w", err)
 	}

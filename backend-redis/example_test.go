@@ -142,3 +142,61 @@ func ExampleBackend_Shutdown() {
 		log.Fatal(err)
 	}
 }
+
+// A namespace's first deployment creates its epoch record, so that its
+// first election is not quarantined like a namespace that lost its data.
+// Run it once (here behind a flag), never at every start: after a data
+// loss it would cancel the quarantine. Needs a Redis server, so it is
+// compiled but not run; TestUninitialisedNamespaceQuarantined runs it.
+func ExampleBackend_Init() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	b, err := redissimba.New(rdb, "billing")
+	if err != nil {
+		log.Fatal(err)
+	}
+	firstDeployment := false // from the deployment's configuration
+	if firstDeployment {
+		if err := b.Init(context.Background()); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+// Every process of a namespace caps its leases at the same maximum, which
+// is also the quarantine after a data loss: a 10 s cap makes a FLUSHALL
+// cost 10 s of no leader, and allows session leases up to 10 s. Needs a
+// Redis server, so it is compiled but not run; TestMaxLeaseCapsGrants runs
+// the same calls.
+func ExampleWithMaxLease() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	b, err := redissimba.New(rdb, "billing", redissimba.WithMaxLease(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := session.Open(context.Background(), b) // the default 15 s lease is granted 10 s
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close()
+}
+
+// Behind Sentinel with one replica, every grant and renewal waits for the
+// replica's acknowledgement, so a failover to it loses nothing a leader
+// believes. Needs Sentinel, so it is compiled but not run;
+// TestWaitReplicasCoversFailoverToStaleReplica runs it on a real replica.
+func ExampleWithWaitReplicas() {
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: "mymaster", SentinelAddrs: []string{"127.0.0.1:26379"}, ContextTimeoutEnabled: true,
+	})
+	defer rdb.Close()
+	b, err := redissimba.New(rdb, "billing", redissimba.WithWaitReplicas(1, 100*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = session.Open(context.Background(), b)
+	if errors.Is(err, redissimba.ErrReplicaLag) {
+		fmt.Println("the replica is behind: no session until it catches up")
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/testcontainers/testcontainers-go"
+	tcexec "github.com/testcontainers/testcontainers-go/exec"
 	tclog "github.com/testcontainers/testcontainers-go/log"
 )
 
@@ -152,7 +153,10 @@ func (n *Node) Kill(ctx context.Context) error {
 // Exec runs cmd in the node's container and returns its combined output;
 // a non-zero exit status is an error.
 func (n *Node) Exec(ctx context.Context, cmd ...string) (string, error) {
-	code, r, err := n.Container.Exec(ctx, cmd)
+	// Multiplexed: the output without the Docker stream's 8-byte frame
+	// headers, which would otherwise garble every line read from it (the
+	// fault harness's reshard read its node ids through them).
+	code, r, err := n.Container.Exec(ctx, cmd, tcexec.Multiplexed())
 	if err != nil {
 		return "", err
 	}
