@@ -650,6 +650,13 @@ func TestFaults(t *testing.T) {
 				p50, mx, n := rep.Percentile(50)
 				t.Logf("%s: %d acts, %d elections, faults %v, %d failovers p50 %v max %v (lease %v), %d violations",
 					st.name, rep.Acts, rep.Elections, rep.Faults, n, p50, mx, faultLease, len(rep.Violations))
+				var each []string
+				for _, f := range rep.Failovers {
+					if !f.Kept {
+						each = append(each, fmt.Sprintf("%s %.2f", f.Fault, float64(f.D)/float64(faultLease)))
+					}
+				}
+				t.Logf("%s: failover after each fault, in leases: %s", st.name, strings.Join(each, ", "))
 				for _, v := range rep.Violations {
 					t.Errorf("violation: %s", v)
 				}
