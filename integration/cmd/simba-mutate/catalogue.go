@@ -249,6 +249,10 @@ var catalogue = []Mutation{
 		Old: "if tonumber(d) > tonumber(ARGV[2]) then d = ARGV[2] end", New: "",
 		Catch:   "backend-redis TestMaxLeaseCapsGrants",
 		Modules: []string{"backend-redis"}, Run: "TestMaxLease"},
+	{Name: "redis-wait-ack-ignored", File: "backend-redis/replicas.go",
+		Old: "if n := wait.Val(); n < int64(b.opts.waitReplicas) {", New: "if n := wait.Val(); n < 0 {",
+		Catch:   "backend-redis TestWaitReplicasCoversFailoverToStaleReplica (a call reported done that the replica never acknowledged)",
+		Modules: []string{"backend-redis"}, Run: "TestWaitReplicas"},
 
 	// --- backend-sql: quarantine after data loss, lease cap, bounded lock
 	// waits (ADR 0130, 0135). The routine mutations change the SQL text
