@@ -231,3 +231,43 @@ func TestEngineCutHolderFailover(t *testing.T) {
 		t.Fatalf("holder still on session %s after expiry", oldID)
 	}
 }
+
+// The namespace root deleted under two engines (an operator's deleteall):
+// the holder's term ends (its renewal answers ErrExpired), the candidate's
+// backend reports the quarantine (BackendQuarantined), and the next term
+// begins after the old one ended and one MaxLease after the loss, with a
+// higher token.
+func TestEngineRootDeletedNoOverlap(t *testing.T) {
+	srv, root := standalone(t), newRoot(t)
+	const lease, maxLease = 2 * time.Second, 2 * time.Second
+	sa, _ := openEngine(t, newBackend(t, srv, root, zksimba.WithMaxLease(maxLease)), lease)
+	ra := claimName(t, sa, "x")
+	wonA := ra.waitWon(t, 5*time.Second)
+	sb, evb := openEngine(t, newBackend(t, srv, root, zksimba.WithMaxLease(maxLease)), lease)
+	rb := claimName(t, sb, "x")
+
+	lostAt := time.Now()
+	deleteAll(t, rawConn(t, srv), root)
+	lostA := ra.waitLost(t, lease)
+	q := evb.next(t, session.BackendQuarantined, 2*lease)
+	if q.Remaining <= 0 || q.Remaining > maxLease {
+		t.Fatalf("BackendQuarantined Remaining %v, want in (0, %v]", q.Remaining, maxLease)
+	}
+	var won stamped // the candidate's, or the old holder's new session's
+	select {
+	case won = <-rb.won:
+	case won = <-ra.won:
+	case <-time.After(3 * maxLease):
+		t.Fatalf("no new term within %v of the loss", 3*maxLease)
+	}
+	if !lostA.at.Before(won.at) {
+		t.Fatalf("new term at %v, before the old one ended (%v)", won.at, lostA.at)
+	}
+	if el := won.at.Sub(lostAt); el < maxLease-200*time.Millisecond {
+		t.Fatalf("new term %v after the loss, before one MaxLease (%v)", el, maxLease)
+	}
+	if won.t.Token() <= wonA.t.Token() {
+		t.Fatalf("token after the loss %d, want > %d", won.t.Token(), wonA.t.Token())
+	}
+	t.Logf("old term ended %v after the loss (%v), new term %v after it, quarantine announced %v", lostA.at.Sub(lostAt), lostA.reason, won.at.Sub(lostAt), q.Remaining)
+}
