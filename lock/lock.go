@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/election"
+	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/term"
 )
@@ -44,18 +45,25 @@ func TryAcquire(ctx context.Context, s *session.Session, name string) (*Held, er
 
 // waiter receives the lock's first term or the first refusal.
 type waiter struct {
-	once sync.Once
-	won  chan *term.Term
-	err  chan error
+	once     sync.Once
+	won      chan *term.Term
+	err      chan error
+	doneOnce sync.Once
+	done     chan struct{} // closed with the engine's lock held once won or refused: the wait is over
 }
 
 // win hands over the first term; it runs with the engine's lock held (a
 // buffered send that never blocks), not on the delivery loop, so Acquire
 // from a Direct-executor callback (which holds the loop up) still returns.
-func (w *waiter) win(t *term.Term) { w.once.Do(func() { w.won <- t }) }
+func (w *waiter) win(t *term.Term) {
+	w.once.Do(func() { w.won <- t })
+	w.finish()
+}
+
+func (w *waiter) finish() { w.doneOnce.Do(func() { close(w.done) }) }
 
 func acquire(ctx context.Context, s *session.Session, name string, try bool) (*Held, error) {
-	w := &waiter{won: make(chan *term.Term, 1), err: make(chan error, 1)}
+	w := &waiter{won: make(chan *term.Term, 1), err: make(chan error, 1), done: make(chan struct{})}
 	// The first attempt runs on this goroutine (WaitFirstAttempt): the
 	// caller waits for it anyway, and the goroutine hops of a call of its
 	// own were most of an uncontended lock's engine cost (issue 11).
@@ -66,11 +74,18 @@ func acquire(ctx context.Context, s *session.Session, name string, try bool) (*H
 			case w.err <- err:
 			default:
 			}
+			w.finish()
 		}))
 	}
 	e, err := election.Start(s, name, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("simba: lock %q: %w", name, err)
+	}
+	if eng, ok := layer.Of(s); ok {
+		// Until the wait is over, the lock's later attempts (a release
+		// notice's, a candidate tick's) run here: the new holder is the
+		// goroutine that made the call, not one woken by it.
+		eng.WaitRunning(ctx, name, w.done)
 	}
 	select {
 	case t := <-w.won:

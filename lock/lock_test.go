@@ -471,3 +471,91 @@ func TestTryAcquireGivesUpItsFirstAttemptWithContext(t *testing.T) {
 		_ = h.Close()
 	})
 }
+
+// A blocked Acquire makes its later attempts itself: the one answering the
+// holder's release notice runs on the waiting caller's goroutine, which
+// then holds the lock without being woken by another goroutine.
+func TestBlockedAcquireMakesItsAttemptsOnItsOwnGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mb, _ := memory.New()
+		s1 := open(t, mb)
+		b2 := &callerBackend{Backend: mb.NewClient()}
+		s2 := open(t, b2)
+		ctx := context.Background()
+		h1, err := lock.Acquire(ctx, s1, "nightly")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiter := make(chan string, 1)
+		got := make(chan *lock.Held, 1)
+		go func() {
+			waiter <- goroutineID()
+			h, err := lock.Acquire(ctx, s2, "nightly")
+			if err != nil {
+				t.Error(err)
+			}
+			got <- h
+		}()
+		me := <-waiter
+		synctest.Wait() // B's first attempt failed; B waits
+		if err := h1.Close(); err != nil {
+			t.Fatal(err)
+		}
+		h2 := <-got
+		b2.mu.Lock()
+		acquires := append([]string(nil), b2.acquires...)
+		b2.mu.Unlock()
+		if len(acquires) != 2 || acquires[0] != me || acquires[1] != me {
+			t.Fatalf("B's goroutine %s; its Acquire calls ran on %v: want the failed first attempt and the notice's, both on B's", me, acquires)
+		}
+		_ = h2.Close()
+	})
+}
+
+// A blocked Acquire whose context ends just as a release notice hands it
+// an attempt leaves nothing behind: the attempt is made (here or on a
+// goroutine), the session goes on attempting, and Close returns.
+func TestBlockedAcquireGivenUpAsItsAttemptArrives(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mb, _ := memory.New()
+		s1 := open(t, mb)
+		s2, err := session.Open(context.Background(), mb.NewClient(), session.WithLogger(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 20 {
+			h1, err := lock.Acquire(context.Background(), s1, "nightly")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			res := make(chan *lock.Held, 1)
+			go func() {
+				h, _ := lock.Acquire(ctx, s2, "nightly")
+				res <- h
+			}()
+			synctest.Wait()
+			cancel()
+			_ = h1.Close() // its notice reaches B's session as B gives up
+			if h := <-res; h != nil {
+				_ = h.Close()
+			}
+			synctest.Wait()
+		}
+		h, err := lock.TryAcquire(context.Background(), s2, "nightly")
+		if err != nil {
+			t.Fatalf("B's session after the given-up waits: %v", err)
+		}
+		_ = h.Close()
+		closed := make(chan error, 1)
+		go func() { closed <- s2.Close() }()
+		select {
+		case err := <-closed:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("B's session did not close: a call handed to a caller that gave up was never run")
+		}
+	})
+}

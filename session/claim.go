@@ -22,9 +22,10 @@ type claim struct {
 	attempt uint64 // the attempt in flight, 0 if none
 	held    *held
 	dropped bool
-	owner   any  // whose callbacks and tasks this claim's are, for self-waits; nil: the claim's own
-	paced   bool // its release notices wait for the session's notice window (PaceNotices)
-	noticed bool // a paced notice waits for the window's end
+	owner   any            // whose callbacks and tasks this claim's are, for self-waits; nil: the claim's own
+	paced   bool           // its release notices wait for the session's notice window (PaceNotices)
+	noticed bool           // a paced notice waits for the window's end
+	runner  chan *inflight // a caller blocked in waitRunning for this claim runs its calls from here; nil if none
 }
 
 // held is a lease the session holds for a claim: its term, valid or

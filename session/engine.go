@@ -392,7 +392,13 @@ func (s *Session) pumpAcquire() {
 	var reply driver.AcquireReply
 	var err error
 	req := driver.AcquireRequest{ID: inc.id, Names: names}
-	s.call(func(ctx context.Context) {
+	var runner chan *inflight // an attempt of one claim alone may run on its blocked caller
+	if len(names) == 1 {
+		if c := s.claims[names[0]]; c != nil {
+			runner = c.runner
+		}
+	}
+	s.callAlone(len(names) == 1, runner, func(ctx context.Context) {
 		reply, err = s.b.Acquire(ctx, req)
 	}, func(timedOut bool) {
 		s.acquiring = false
@@ -564,7 +570,7 @@ func (s *Session) pumpRelease() {
 	}
 	s.releaseQ = rest
 	s.releasing = true
-	s.call(func(ctx context.Context) {
+	s.callAlone(len(req.Leases) == 1, nil, func(ctx context.Context) {
 		_ = s.b.Release(ctx, req) // a failed release is healed by the next renewal's owned list
 	}, func(bool) {
 		s.releasing = false

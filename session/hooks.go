@@ -36,6 +36,10 @@ func (h hooks) Go(owner any, f func())                { h.s.goOwn(owner, f) }
 func (h hooks) Hold() func()                          { return h.s.hold() }
 func (h hooks) Inside(owner any, loop bool, f func()) { h.s.runInside(owner, loop, f) }
 
+func (h hooks) WaitRunning(ctx context.Context, name string, stop <-chan struct{}) {
+	h.s.waitRunning(ctx, name, stop)
+}
+
 func (h hooks) WouldWaitForSelf(ctx context.Context, owner any) bool {
 	return h.s.wouldWaitForSelf(ctx, owner)
 }

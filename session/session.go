@@ -412,12 +412,7 @@ func (s *Session) doWait(ctx context.Context, f func()) {
 	s.hereCall = nil
 	s.mu.Unlock()
 	if c != nil {
-		if ctx.Done() != nil {
-			stop := context.AfterFunc(ctx, c.abandon)
-			defer stop()
-		}
-		c.run()
-		c.replied()
+		c.runHere(ctx)
 	}
 	s.drain()
 }
@@ -581,15 +576,88 @@ func (s *Session) call(op func(ctx context.Context), reply func(timedOut bool), 
 // callIn is call with ctx derived from parent instead of the session's
 // root context. Lock held.
 func (s *Session) callIn(parent context.Context, op func(ctx context.Context), reply func(timedOut bool), late func()) {
+	s.env.Call(s.newCall(parent, op, reply, late).parts())
+}
+
+// callAlone is call for a call that concerns one claim alone (alone: one
+// name, one lease): it may run on the goroutine waiting for it, doWait's
+// caller or runner's (a caller blocked in waitRunning for that claim),
+// whose context may give it up. A call for several claims never does, so
+// that one caller's context never fails another's attempt. Lock held.
+func (s *Session) callAlone(alone bool, runner chan *inflight, op func(ctx context.Context), reply func(timedOut bool), late func()) {
+	c := s.newCall(s.root, op, reply, late)
+	switch {
+	case alone && s.here && s.hereCall == nil:
+		s.hereCall = c // doWait runs it when f is done
+	case alone && runner != nil && len(runner) == 0:
+		runner <- c // never blocks: only the engine sends, with its lock held
+	default:
+		s.env.Call(c.parts())
+	}
+}
+
+// newCall arms a backend call's timeout and counts it for Close. Lock held.
+func (s *Session) newCall(parent context.Context, op func(ctx context.Context), reply func(timedOut bool), late func()) *inflight {
 	c := &inflight{s: s, op: op, reply: reply, late: late}
 	c.ctx, c.cancel = context.WithCancel(parent)
 	s.after(&c.t, s.renewEvery, c.timeout)
 	s.wg.Add(1)
-	if s.here && s.hereCall == nil {
-		s.hereCall = c // doWait runs it when f is done
+	return c
+}
+
+// waitRunning blocks until stop is closed, ctx ends or the session is
+// closed, and meanwhile runs on the calling goroutine the backend calls
+// that attempt the claim of name alone (a notice's, a candidate tick's):
+// a caller blocked in lock.Acquire would otherwise be woken by the
+// goroutine running the call, one hop more between a release notice and
+// the new holder. stop must be closed with the engine's lock held (when
+// the claim's wait is over: a term won, an attempt refused), so that
+// while it is open the claim of name is the caller's. ctx gives up a call
+// it runs, as doWait's. Only under the system Env (see doWait).
+func (s *Session) waitRunning(ctx context.Context, name string, stop <-chan struct{}) {
+	r := make(chan *inflight, 1)
+	s.mu.Lock()
+	c := s.claims[name]
+	select {
+	case <-stop:
+		c = nil
+	default:
+	}
+	if c == nil || !s.callsHere || c.runner != nil || s.state == Closed {
+		s.mu.Unlock()
+		select {
+		case <-stop:
+		case <-ctx.Done():
+		case <-s.closed:
+		}
 		return
 	}
-	s.env.Call(c.run, c.replied)
+	c.runner = r
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if c.runner == r {
+			c.runner = nil
+		}
+		s.mu.Unlock()
+		select {
+		case x := <-r: // sent before the runner was taken away: run it as usual
+			s.env.Call(x.parts())
+		default:
+		}
+	}()
+	for {
+		select {
+		case x := <-r:
+			x.runHere(ctx)
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-s.closed:
+			return
+		}
+	}
 }
 
 // inflight is one backend call: its context, its timeout and what to do
@@ -606,6 +674,21 @@ type inflight struct {
 }
 
 func (c *inflight) run() { c.op(c.ctx) }
+
+// parts are what Env.Call runs.
+func (c *inflight) parts() (op, reply func()) { return c.run, c.replied }
+
+// runHere runs the call and its reply on the calling goroutine, which
+// waits for it; when ctx ends first the call is given up as if its timeout
+// had come.
+func (c *inflight) runHere(ctx context.Context) {
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, c.abandon)
+		defer stop()
+	}
+	c.run()
+	c.replied()
+}
 
 // timeout runs with the lock held when the call's timer fires first.
 func (c *inflight) timeout() {

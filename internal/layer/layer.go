@@ -114,6 +114,14 @@ type Engine interface {
 	// given up as if it had timed out. The caller must not hold anything
 	// the backend call needs.
 	DoWait(ctx context.Context, f func())
+	// WaitRunning blocks until stop is closed, ctx ends or the session
+	// closes, and meanwhile runs on the calling goroutine the backend
+	// calls that attempt the claim of name alone (a release notice's, a
+	// candidate tick's), saving the hop from the call's goroutine to the
+	// caller. stop must be closed with the engine's lock held, when the
+	// caller's wait is over; while it is open the claim of name must be
+	// the caller's. ctx gives up a call it runs, as DoWait's.
+	WaitRunning(ctx context.Context, name string, stop <-chan struct{})
 	// Defer runs f after the engine's lock is released, after everything
 	// deferred before it. Lock held.
 	Defer(f func())

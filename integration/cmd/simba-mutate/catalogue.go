@@ -197,6 +197,12 @@ var catalogue = []Mutation{
 	{Name: "inline-call-ignores-caller-ctx", File: "session/session.go",
 		Old: "stop := context.AfterFunc(ctx, c.abandon)", New: "stop := func() bool { return c == nil }",
 		Catch: "lock TestTryAcquireGivesUpItsFirstAttemptWithContext", Modules: []string{"lock"}},
+	{Name: "runner-drops-a-late-call", File: "session/session.go",
+		Old: "\t\t\ts.env.Call(x.parts())\n", New: "\t\t\t_ = x\n",
+		Catch: "lock TestBlockedAcquireGivenUpAsItsAttemptArrives (Close never returns)", Modules: []string{"lock"}},
+	{Name: "blocked-acquire-waits-on-a-goroutine-hop", File: "lock/lock.go",
+		Old: "eng.WaitRunning(ctx, name, w.done)", New: "_ = eng",
+		Catch: "lock TestBlockedAcquireMakesItsAttemptsOnItsOwnGoroutine", Modules: []string{"lock"}},
 
 	// --- session: the shorter-lease warning (issue 10)
 	{Name: "nominal-hides-clamped-grant", File: "session/engine.go",
