@@ -287,15 +287,16 @@ func (s *zsession) close(ctx context.Context) error {
 
 // closeOverFreshConn ends the session at the server over a connection of
 // its own (see close), trying every server in turn until one answers that
-// the session is over, for at most the session timeout: past it the
-// server expires the session anyway.
+// the session is over, for at most the session timeout (past it the server
+// expires the session anyway) and at most maxRawClose, so that Shutdown
+// does not wait long for servers that are down.
 func (s *zsession) closeOverFreshConn() {
 	sid, pw := s.sid.Load(), s.passwd.Load()
 	if sid == 0 || pw == nil {
 		return // never had a session, or its password is unknown
 	}
 	timeout := s.timeout()
-	end := time.Now().Add(timeout)
+	end := time.Now().Add(min(timeout, maxRawClose))
 	wait := min(max(timeout/4, 200*time.Millisecond), 2*time.Second)
 	for time.Now().Before(end) {
 		for _, addr := range s.b.servers {
@@ -312,6 +313,11 @@ func (s *zsession) closeOverFreshConn() {
 		<-t.C
 	}
 }
+
+// maxRawClose bounds closeOverFreshConn: after a pause the servers answer
+// at once; a server that is down does not need the close (its sessions
+// expire with it, or at the others after the timeout).
+const maxRawClose = 3 * time.Second
 
 // classify turns a go-zookeeper error into what the engine expects.
 func (s *zsession) classify(err error) error {
