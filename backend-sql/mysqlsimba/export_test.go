@@ -19,20 +19,22 @@ func SchemaAt(prefix string, v int) ([]string, error) {
 	return expandAll(src, prefix)
 }
 
-// AcquireWithoutQuarantine is acquire_v2 with its epoch check taken out
-// (the row always reads as present and out of quarantine), preceded by
-// the DROP that makes room for it: the planted bug that the data-loss
-// tests must catch.
+// AcquireWithoutQuarantine is acquire_v2 with its checks of the
+// quarantine and of the epoch row and markers taken out, preceded by the
+// DROP that makes room for it: the planted bug that the data-loss tests
+// must catch.
 func AcquireWithoutQuarantine(prefix string) ([]string, error) {
-	const check = " AND v_marked = 1\n           AND EXISTS (SELECT 1 FROM {p}_epoch e JOIN {p}_leases ml ON ml.name = '~epoch' WHERE e.id = 1 AND e.quarantine_until <= UTC_TIMESTAMP(6))"
+	const check = " AND v_ok = 1 AND (quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6))"
 	for _, s := range migrations[2] {
 		if !strings.Contains(s, "CREATE PROCEDURE IF NOT EXISTS {p}_acquire_v2(") {
 			continue
 		}
-		if strings.Count(s, check) != 2 {
-			return nil, fmt.Errorf("acquire_v2's epoch check not found twice")
+		if strings.Count(s, check) != 1 {
+			return nil, fmt.Errorf("acquire_v2's quarantine check not found")
 		}
-		return expandAll([]string{"DROP PROCEDURE {p}_acquire_v2", strings.ReplaceAll(s, check, "")}, prefix)
+		s = strings.ReplaceAll(s, check, "")
+		s = strings.ReplaceAll(s, " AND (quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6))", "")
+		return expandAll([]string{"DROP PROCEDURE {p}_acquire_v2", s}, prefix)
 	}
 	return nil, fmt.Errorf("acquire_v2 not found")
 }

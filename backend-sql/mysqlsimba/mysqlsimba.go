@@ -149,8 +149,8 @@ func newQueries(prefix string) (queries, error) {
 		dst  *string
 		text string
 	}{
-		{&q.open, "CALL {p}_open_v3(?, ?, ?, ?)"},
-		{&q.renew, "CALL {p}_renew_v2(?, ?, ?)"},
+		{&q.open, "CALL {p}_open_v3(?, ?, ?, ?, ?)"},
+		{&q.renew, "CALL {p}_renew_v2(?, ?, ?, ?)"},
 		{&q.acquire, "CALL {p}_acquire_v2(?, ?, ?, ?)"},
 		{&q.release, "CALL {p}_release_v2(?, ?, ?, ?)"},
 		{&q.closeID, "CALL {p}_close_v2(?, ?)"},
@@ -253,13 +253,13 @@ func (b *Backend) installed(ctx context.Context, q querier) (core.Installed, err
 	return in, nil
 }
 
-// ownerColumnAdded reports whether a migration to version 2 that failed
-// half way already added the owner column (MySQL has no ADD COLUMN IF NOT
-// EXISTS; MariaDB does).
-func (b *Backend) ownerColumnAdded(ctx context.Context, q querier) (bool, error) {
+// columnAdded reports whether a migration that failed half way already
+// added the sessions' column (MySQL has no ADD COLUMN IF NOT EXISTS;
+// MariaDB does).
+func (b *Backend) columnAdded(ctx context.Context, q querier, column string) (bool, error) {
 	var n int
 	err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.columns
-	    WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'owner'`, b.prefix+"_sessions").Scan(&n)
+	    WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?`, b.prefix+"_sessions", column).Scan(&n)
 	return n > 0, err
 }
 
@@ -297,8 +297,8 @@ func (b *Backend) migrate(ctx context.Context) (err error) {
 		return err
 	}
 	for _, s := range stmts {
-		if strings.HasPrefix(s, "ALTER TABLE "+b.prefix+"_sessions ADD COLUMN owner ") {
-			if done, err := b.ownerColumnAdded(ctx, conn); err != nil || done {
+		if col, ok := strings.CutPrefix(s, "ALTER TABLE "+b.prefix+"_sessions ADD COLUMN "); ok {
+			if done, err := b.columnAdded(ctx, conn, strings.Fields(col)[0]); err != nil || done {
 				if err != nil {
 					return fmt.Errorf("mysqlsimba: create schema %q: %w", b.prefix, err)
 				}
@@ -400,9 +400,13 @@ func (s *statements) closeAll() {
 // store is the MySQL [core.Store]: one procedure call per method.
 type store struct{ b *Backend }
 
+// quarantineUS is the quarantine open and renew start when they are the
+// first to notice a loss (acquire is told by core): one maximum lease.
+func (s store) quarantineUS() int64 { return s.b.core.MaxLease.Microseconds() }
+
 func (s store) Open(ctx context.Context, id string, leaseUS int64, owner string, waitMS int64) (int64, error) {
 	var rem int64
-	err := s.b.stmts.open.QueryRowContext(ctx, id, leaseUS, owner, waitMS).Scan(&rem)
+	err := s.b.stmts.open.QueryRowContext(ctx, id, leaseUS, owner, s.quarantineUS(), waitMS).Scan(&rem)
 	return rem, err
 }
 
@@ -448,7 +452,7 @@ func (s store) inspect(ctx context.Context, query string, args ...any) ([]core.H
 }
 
 func (s store) Renew(ctx context.Context, id string, known uint64, waitMS int64) (core.RenewResult, bool, error) {
-	rows, err := s.b.stmts.renew.QueryContext(ctx, id, int64(known), waitMS)
+	rows, err := s.b.stmts.renew.QueryContext(ctx, id, int64(known), s.quarantineUS(), waitMS)
 	if err != nil {
 		return core.RenewResult{}, false, err
 	}

@@ -298,20 +298,75 @@ INSERT INTO {p}_sessions (id, expires_at, lease_us, version) VALUES ('~epoch', '
 ON DUPLICATE KEY UPDATE id = id`, `
 INSERT INTO {p}_leases (name, session_id, token, held) VALUES ('~epoch', NULL, 0, 0)
 ON DUPLICATE KEY UPDATE name = name`, `
-CREATE PROCEDURE IF NOT EXISTS {p}_open_v3(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_lease_us BIGINT, IN p_owner TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, IN p_wait_ms BIGINT)
+ALTER TABLE {p}_sessions ADD COLUMN quarantine_until DATETIME(6) NULL`, `
+CREATE PROCEDURE IF NOT EXISTS {p}_lost_v1(IN p_quarantine_us BIGINT, OUT p_until DATETIME(6))
+BEGIN
+    -- Notes a loss of the namespace's records, in the caller's
+    -- transaction: a missing epoch row or marker. A term granted before
+    -- the loss lasted at most one maximum lease, so none is granted until
+    -- that long after now; every session learns it on its own row, where
+    -- acquire looks (no other table is read on acquire's usual path).
+    -- Finders take turns on the schema row (always there; Open holds it
+    -- shared while it reads the epoch), so a later one sees what an
+    -- earlier one put back and never pushes the same quarantine on.
+    -- Answers the quarantine's end (in the past: none).
+    DECLARE v_lost INT DEFAULT 0;
+    DECLARE v_n INT;
+    SET p_until = NULL;
+    SELECT COUNT(*) INTO v_n FROM {p}_schema WHERE id = 1 FOR UPDATE;
+    SELECT quarantine_until INTO p_until FROM {p}_epoch WHERE id = 1;
+    IF NOT EXISTS (SELECT 1 FROM {p}_leases WHERE name = '~epoch') THEN
+        -- The leases lost their rows while sessions may live on, each
+        -- believing its version still says what it owns: a new version
+        -- makes each one's next renewal list what it owns now (nothing
+        -- lost), so its engine ends those terms.
+        UPDATE {p}_sessions SET version = version + 1 WHERE id <> '~epoch';
+        INSERT INTO {p}_leases (name, session_id, token, held) VALUES ('~epoch', NULL, 0, 0)
+        ON DUPLICATE KEY UPDATE name = name;
+        SET v_lost = 1;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM {p}_sessions WHERE id = '~epoch') THEN
+        INSERT INTO {p}_sessions (id, expires_at, lease_us, version) VALUES ('~epoch', '9999-12-31 23:59:59.999999', 0, 0)
+        ON DUPLICATE KEY UPDATE id = id;
+        SET v_lost = 1;
+    END IF;
+    IF p_until IS NULL OR v_lost = 1 THEN
+        SET p_until = GREATEST(COALESCE(p_until, '1970-01-01'), UTC_TIMESTAMP(6) + INTERVAL p_quarantine_us MICROSECOND);
+        INSERT INTO {p}_epoch (id, quarantine_until) VALUES (1, p_until)
+        ON DUPLICATE KEY UPDATE quarantine_until = VALUES(quarantine_until);
+        UPDATE {p}_sessions SET quarantine_until = p_until WHERE id <> '~epoch';
+    END IF;
+END`, `
+CREATE PROCEDURE IF NOT EXISTS {p}_open_v3(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_lease_us BIGINT, IN p_owner TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin, IN p_quarantine_us BIGINT, IN p_wait_ms BIGINT)
 BEGIN
     DECLARE v_exp DATETIME(6);
+    DECLARE v_until DATETIME(6) DEFAULT NULL;
+    DECLARE v_n INT;
     DECLARE v_lwt BIGINT DEFAULT 50;
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN SET SESSION innodb_lock_wait_timeout = v_lwt; RESIGNAL; END;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET SESSION innodb_lock_wait_timeout = v_lwt; RESIGNAL; END;
     SET v_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = GREATEST(1, p_wait_ms DIV 1000);
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
     DELETE FROM {p}_sessions WHERE expires_at < UTC_TIMESTAMP(6) LIMIT 100;
+    -- The new session carries the namespace's quarantine, if any, on its
+    -- row (acquire reads it there). The schema row is held shared so
+    -- that a loss noted meanwhile (lost_v1 holds it exclusively, then
+    -- marks every session row) cannot miss this one; a loss not yet
+    -- noted is noted here.
+    SELECT COUNT(*) INTO v_n FROM {p}_schema WHERE id = 1 LOCK IN SHARE MODE;
+    SELECT quarantine_until INTO v_until FROM {p}_epoch WHERE id = 1;
+    IF v_until IS NULL OR NOT EXISTS (SELECT 1 FROM {p}_leases WHERE name = '~epoch')
+       OR NOT EXISTS (SELECT 1 FROM {p}_sessions WHERE id = '~epoch') THEN
+        CALL {p}_lost_v1(p_quarantine_us, v_until);
+    END IF;
     SET v_exp = UTC_TIMESTAMP(6) + INTERVAL p_lease_us MICROSECOND;
-    INSERT INTO {p}_sessions (id, expires_at, lease_us, version, owner) VALUES (p_id, v_exp, p_lease_us, 1, NULLIF(p_owner, ''));
+    INSERT INTO {p}_sessions (id, expires_at, lease_us, version, owner, quarantine_until)
+    VALUES (p_id, v_exp, p_lease_us, 1, NULLIF(p_owner, ''), IF(v_until > UTC_TIMESTAMP(6), v_until, NULL));
+    COMMIT;
     SET SESSION innodb_lock_wait_timeout = v_lwt;
     SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), v_exp) AS remaining_us;
 END`, `
-CREATE PROCEDURE IF NOT EXISTS {p}_renew_v2(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_known BIGINT, IN p_wait_ms BIGINT)
+CREATE PROCEDURE IF NOT EXISTS {p}_renew_v2(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_known BIGINT, IN p_quarantine_us BIGINT, IN p_wait_ms BIGINT)
 BEGIN
     DECLARE v_exp DATETIME(6) DEFAULT NULL;
     DECLARE v_lease BIGINT;
@@ -321,6 +376,17 @@ BEGIN
     SET v_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = GREATEST(1, p_wait_ms DIV 1000);
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
+    -- A loss of the namespace's records is noted here too (the first
+    -- renewal after it, of any session), so that a restore of older rows
+    -- whose epoch row went missing is noticed within a renewal period
+    -- even if no session opens, and no acquire takes a new name or takes
+    -- a lease over. Before this session's row is locked: lost_v1 locks
+    -- the schema row, then every session row.
+    IF NOT EXISTS (SELECT 1 FROM {p}_epoch WHERE id = 1) OR NOT EXISTS (SELECT 1 FROM {p}_leases WHERE name = '~epoch')
+       OR NOT EXISTS (SELECT 1 FROM {p}_sessions WHERE id = '~epoch') THEN
+        CALL {p}_lost_v1(p_quarantine_us, v_exp);
+        SET v_exp = NULL;
+    END IF;
     -- Lock, then read the clock (see renew_v1).
     SELECT expires_at, lease_us, version INTO v_exp, v_lease, v_ver
       FROM {p}_sessions WHERE id = p_id FOR UPDATE;
@@ -355,31 +421,26 @@ BEGIN
     DECLARE v_won INT DEFAULT 0;
     DECLARE v_new INT;
     DECLARE v_held INT;
-    DECLARE v_q BIGINT DEFAULT 0;
-    DECLARE v_lwt BIGINT DEFAULT 50;
-    DECLARE v_marked INT DEFAULT 0;
+    DECLARE v_check INT DEFAULT 0;
+    DECLARE v_ok INT DEFAULT 1;
     DECLARE v_until DATETIME(6) DEFAULT NULL;
-    DECLARE v_lost INT DEFAULT 0;
+    DECLARE v_lwt BIGINT DEFAULT 50;
     DECLARE v_out LONGTEXT CHARACTER SET ascii COLLATE ascii_bin DEFAULT '';
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET SESSION innodb_lock_wait_timeout = v_lwt; RESIGNAL; END;
-    -- One statement: the connection's lock-wait timeout saved and this
-    -- call's set, and the sessions' marker looked up (see below).
-    SET v_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = GREATEST(1, p_wait_ms DIV 1000),
-        v_marked = (SELECT COUNT(*) FROM {p}_sessions WHERE id = '~epoch');
+    SET v_lwt = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = GREATEST(1, p_wait_ms DIV 1000);
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
-    -- As acquire_v1 (see its comments), and the statement at the end
-    -- that checks the session also checks the epoch row and the leases'
-    -- marker (ADR 0130, 0135): nothing this transaction granted commits
-    -- unless both exist and the quarantine has passed. It runs last,
-    -- after every lock wait, so it sees a loss that committed meanwhile.
-    -- The sessions' marker is looked up first instead (MySQL refuses a
-    -- subquery on the table an UPDATE changes): a session that could take
-    -- over leases of vanished sessions was opened after they vanished,
-    -- so that look sees the loss; and if this session's own row vanishes
-    -- while it runs, the statement at the end finds nothing. Reading
-    -- costs no statement of its own on the usual path; the rare other
-    -- one is sorted out after a rollback.
+    -- As acquire_v1 (see its comments), plus the quarantine (ADR 0130,
+    -- 0135), at no cost on the usual path: the statement at the end that
+    -- checks the session also checks the quarantine written on the
+    -- session's own row (by lost_v1 for every session when a loss is
+    -- noted, by open for a session opened during one). Only the paths
+    -- that can grant what a loss of records makes look free look at the
+    -- epoch row and the markers themselves: a name without a row (the
+    -- leases lost) and a lease taken over (its owner's row lost, or an
+    -- older state restored). A released lease kept its row through the
+    -- loss, so its release was real. That look comes after every lock
+    -- wait, so it sees a loss that committed meanwhile.
     WHILE v_pos <= CHAR_LENGTH(p_names) DO
         SET v_end = LOCATE(',', p_names, v_pos);
         IF v_end = 0 THEN
@@ -402,7 +463,7 @@ BEGIN
             ON DUPLICATE KEY UPDATE token = token;
             SELECT session_id, token, held INTO v_owner, v_token, v_held FROM {p}_leases WHERE name = v_name FOR UPDATE;
             IF v_owner = p_id AND v_held = 1 THEN
-                SET v_new = 1, v_won = 1;
+                SET v_new = 1, v_won = 1, v_check = 1;
             END IF;
         END IF;
         IF v_new = 0 AND NOT (v_held = 1 AND v_owner <=> p_id) THEN
@@ -419,66 +480,43 @@ BEGIN
             IF v_alive = 0 THEN
                 SET v_token = GREATEST(v_token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)));
                 UPDATE {p}_leases SET session_id = p_id, held = 1, token = v_token WHERE name = v_name;
-                SET v_won = 1;
+                SET v_won = 1, v_check = 1;
             ELSE
                 SET v_token = 0;
             END IF;
         END IF;
         SET v_out = CONCAT(v_out, IF(v_out = '', '', ','), v_token);
     END WHILE;
+    IF v_check = 1 THEN
+        SELECT COUNT(*) INTO v_ok FROM {p}_epoch e JOIN {p}_leases ml ON ml.name = '~epoch' JOIN {p}_sessions ms ON ms.id = '~epoch'
+         WHERE e.id = 1 AND e.quarantine_until <= UTC_TIMESTAMP(6);
+    END IF;
     IF v_won = 1 THEN
         UPDATE {p}_sessions SET version = version + 1
-         WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6) AND v_marked = 1
-           AND EXISTS (SELECT 1 FROM {p}_epoch e JOIN {p}_leases ml ON ml.name = '~epoch' WHERE e.id = 1 AND e.quarantine_until <= UTC_TIMESTAMP(6));
+         WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6) AND v_ok = 1 AND (quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6));
         SET v_alive = ROW_COUNT();
     ELSE
-        SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6) AND v_marked = 1
-           AND EXISTS (SELECT 1 FROM {p}_epoch e JOIN {p}_leases ml ON ml.name = '~epoch' WHERE e.id = 1 AND e.quarantine_until <= UTC_TIMESTAMP(6));
+        SELECT COUNT(*) INTO v_alive FROM {p}_sessions
+         WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6) AND (quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6));
     END IF;
     IF v_alive = 0 THEN
         -- The session expired, or the namespace is quarantined, or its
-        -- records were lost (the epoch row or a marker is missing: a term
-        -- granted before lasted at most one maximum lease, so none is
-        -- granted until that long after now). Nothing of the above
-        -- stays. Finders take turns on the schema row (always there,
-        -- and locked by nothing else), so a later one sees the marks an
-        -- earlier one put back: they agree on one quarantine, which later
-        -- ones read, never restart.
+        -- records were lost. Nothing of the above stays; lost_v1 notes a
+        -- loss (or finds none) and says how long the quarantine lasts.
         ROLLBACK;
         START TRANSACTION;
-        SELECT COUNT(*) INTO v_q FROM {p}_schema WHERE id = 1 FOR UPDATE;
-        SELECT quarantine_until INTO v_until FROM {p}_epoch WHERE id = 1;
         SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6);
-        IF NOT EXISTS (SELECT 1 FROM {p}_leases WHERE name = '~epoch') THEN
-            -- The leases lost their rows while sessions may live on, each
-            -- believing its version still says what it owns: a new
-            -- version makes each one's next renewal list what it owns now
-            -- (nothing lost), so its engine ends those terms.
-            UPDATE {p}_sessions SET version = version + 1 WHERE id <> '~epoch';
-            INSERT INTO {p}_leases (name, session_id, token, held) VALUES ('~epoch', NULL, 0, 0)
-            ON DUPLICATE KEY UPDATE name = name;
-            SET v_lost = 1;
+        IF v_alive = 1 THEN
+            CALL {p}_lost_v1(p_quarantine_us, v_until);
         END IF;
-        IF NOT EXISTS (SELECT 1 FROM {p}_sessions WHERE id = '~epoch') THEN
-            INSERT INTO {p}_sessions (id, expires_at, lease_us, version) VALUES ('~epoch', '9999-12-31 23:59:59.999999', 0, 0)
-            ON DUPLICATE KEY UPDATE id = id;
-            SET v_lost = 1;
-        END IF;
-        IF v_until IS NULL OR v_lost = 1 THEN
-            INSERT INTO {p}_epoch (id, quarantine_until)
-            VALUES (1, UTC_TIMESTAMP(6) + INTERVAL p_quarantine_us MICROSECOND)
-            ON DUPLICATE KEY UPDATE quarantine_until = IF(v_lost = 1, GREATEST(quarantine_until, VALUES(quarantine_until)), quarantine_until);
-        END IF;
-        SELECT GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), quarantine_until)) INTO v_q
-          FROM {p}_epoch WHERE id = 1;
         COMMIT;
         SET SESSION innodb_lock_wait_timeout = v_lwt;
         IF v_alive = 0 THEN
             SELECT NULL AS tokens FROM DUAL WHERE FALSE;
-        ELSEIF v_q > 0 THEN
-            SELECT CONCAT('q', v_q) AS tokens;
+        ELSEIF v_until > UTC_TIMESTAMP(6) THEN
+            SELECT CONCAT('q', GREATEST(1, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), v_until))) AS tokens;
         ELSE
-            -- The quarantine ended between the two reads: nothing was
+            -- The quarantine ended between the two looks: nothing was
             -- granted, a later attempt will be.
             SELECT CONCAT('0', REPEAT(',0', CHAR_LENGTH(p_names) - CHAR_LENGTH(REPLACE(p_names, ',', '')))) AS tokens;
         END IF;

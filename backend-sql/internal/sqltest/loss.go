@@ -280,6 +280,18 @@ func (l Loss) epochDeleted(t *testing.T) {
 	if err != nil || !r.Full || len(r.Leases) != 1 || r.Leases[0] != (driver.Lease{Name: "x", Token: tok}) {
 		t.Fatalf("Renew of the holder during the quarantine = %+v, %v; want x still held under %d", r, err, tok)
 	}
+	// A lease released during the quarantine is not granted either (its
+	// holder's view may be the stale one), also not to a session opened
+	// during the quarantine.
+	if err := b.Release(Ctx(t), driver.ReleaseRequest{ID: a, Leases: []driver.Lease{{Name: "x", Token: tok}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []driver.ID{a, c, Open(t, b, lossMaxLease)} {
+		rep, err := acquireReply(Ctx(t), b, id, "x")
+		if err != nil || rep.Quarantine <= 0 || rep.Results[0].Token != 0 {
+			t.Fatalf("Acquire of a lease released during the quarantine = %+v, %v; want a quarantine", rep, err)
+		}
+	}
 }
 
 // Every session's lease is capped at MaxLease, whatever it asked for.
