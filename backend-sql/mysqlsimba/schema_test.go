@@ -92,3 +92,27 @@ func TestDataLoss(t *testing.T) {
 		},
 	})
 }
+
+// TestOperatorQuarantineIsImmediate: the operator's step of the README
+// after a restore or an asynchronous failover (DELETE the epoch row, then
+// CALL lost_v1) quarantines at once, also a session that only takes back a
+// lease it released (acquire's usual path reads only the session's row).
+func TestOperatorQuarantineIsImmediate(t *testing.T) {
+	db := newDB(t, dsn(t), nil)
+	prefix := sqltest.FreshPrefix()
+	b := newBackend(t, db, prefix)
+	id := sqltest.Open(t, b, 10*time.Second)
+	tok := sqltest.Acquire(t, b, id, "x")
+	if err := b.Release(ctxT(t), driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: "x", Token: tok}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"DELETE FROM " + prefix + "_epoch", "CALL " + prefix + "_lost_v1(30000000, @until)"} {
+		if _, err := db.ExecContext(ctxT(t), s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	rep, err := b.Acquire(ctxT(t), driver.AcquireRequest{ID: id, Names: []string{"x"}})
+	if err != nil || rep.Quarantine <= 29*time.Second || rep.Results[0].Token != 0 {
+		t.Fatalf("Acquire of a released lease right after the operator's step = %+v, %v; want a quarantine of about 30s", rep, err)
+	}
+}
