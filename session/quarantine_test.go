@@ -239,3 +239,68 @@ func TestLateReplyDoesNotRestartTheQuarantineEvent(t *testing.T) {
 		}
 	})
 }
+
+// lateLyingAcquire makes the first Acquire take effect at once but answer
+// only after delay (past the engine's call timeout), announcing a
+// quarantine beside the grant it made: a lying late reply, whose token the
+// session's next attempt was meanwhile given back as its own lease.
+type lateLyingAcquire struct {
+	*memory.Backend
+	delay time.Duration
+	mu    sync.Mutex
+	calls int
+	late  bool // the late reply was handed to the engine
+}
+
+func (l *lateLyingAcquire) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
+	l.mu.Lock()
+	l.calls++
+	first := l.calls == 1
+	l.mu.Unlock()
+	if !first {
+		return l.Backend.Acquire(ctx, req)
+	}
+	r, err := l.Backend.Acquire(context.Background(), req)
+	<-time.After(l.delay)
+	r.Quarantine = 10 * time.Second
+	l.mu.Lock()
+	l.late = true
+	l.mu.Unlock()
+	return r, err
+}
+
+// A grant inside an announced quarantine is released by token, except
+// when that token is the lease a live term of the session holds: here a
+// late reply of an abandoned attempt carries the token the next attempt
+// made a term of. Releasing it would free the lease under that term, and
+// another node could take the name while the term is still valid.
+func TestLyingLateGrantDoesNotReleaseALiveTermsLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lease := deadline.DefaultLeaseDuration
+		b, _ := memory.New(memory.WithMaxLease(lease))
+		l := &lateLyingAcquire{Backend: b, delay: lease}
+		ev := &events{}
+		s := openListened(t, l, ev)
+		r := claimOn(t, s, "a")
+		for range 2 * int(lease/time.Second) {
+			advance(time.Second)
+			l.mu.Lock()
+			late := l.late
+			l.mu.Unlock()
+			if late {
+				break
+			}
+		}
+		synctest.Wait()
+		ts := r.terms()
+		if len(ts) != 1 || !ts[0].Valid() {
+			t.Fatalf("terms %v after the late reply, want one valid term (made by the second attempt)", ts)
+		}
+		if ev.count(session.BackendContractViolation) == 0 {
+			t.Fatal("no BackendContractViolation for a grant inside the quarantine the same reply announces")
+		}
+		if _, tok, ok := b.Owner("a"); !ok || tok != ts[0].Token() {
+			t.Fatalf("backend owner of a: token %d held %v, want the live term's %d still held: the lie released the lease under a valid term", tok, ok, ts[0].Token())
+		}
+	})
+}
