@@ -3,6 +3,7 @@ package election_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -191,21 +192,36 @@ func (s slowRelease) Release(ctx context.Context, req driver.ReleaseRequest) err
 // release, so a listener that hands the resource on sees the lease gone.
 // (Found by the mutation gate: TestVoluntaryHandoverOrder's release is
 // answered at once.)
+//
+// Both ways a Stop releases: with a deadline the release runs on a
+// goroutine of its own while the caller delivers what the stop deferred
+// (where an OnRevoked queued too early shows); without one it runs on the
+// caller's goroutine (ADR 0121).
 func TestOnRevokedAfterTheReleaseIsAnswered(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBackend(t)
-		var heldAtRevoke atomic.Bool
-		e := start(t, open(t, slowRelease{b}), "jobs", election.WithListener(election.Funcs{
-			Revoked: func(*term.Term, term.RevokeReason) {
-				_, _, ok := b.Owner("jobs")
-				heldAtRevoke.Store(ok)
-			},
-		}))
-		if err := e.Stop(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		if heldAtRevoke.Load() {
-			t.Fatal("OnRevoked ran while the backend still held the lease: before the release was answered")
-		}
-	})
+	for _, deadline := range []bool{true, false} {
+		t.Run(fmt.Sprintf("deadline=%v", deadline), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newBackend(t)
+				var heldAtRevoke atomic.Bool
+				e := start(t, open(t, slowRelease{b}), "jobs", election.WithListener(election.Funcs{
+					Revoked: func(*term.Term, term.RevokeReason) {
+						_, _, ok := b.Owner("jobs")
+						heldAtRevoke.Store(ok)
+					},
+				}))
+				ctx := context.Background()
+				if deadline {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, time.Minute)
+					defer cancel()
+				}
+				if err := e.Stop(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if heldAtRevoke.Load() {
+					t.Fatal("OnRevoked ran while the backend still held the lease: before the release was answered")
+				}
+			})
+		})
+	}
 }

@@ -139,7 +139,7 @@ var catalogue = []Mutation{
 	// --- election: handover and callbacks
 	{Name: "onrevoked-before-release-answers", File: "election/election.go",
 		Old: "e.c.Release(reason, after)", New: "e.c.Release(reason, nil)\n\t\t\tafter()",
-		Catch: "election TestOnRevokedAfterTheReleaseIsAnswered"},
+		Catch: "election TestOnRevokedAfterTheReleaseIsAnswered/deadline=true (a Stop without one releases on the caller's goroutine, ADR 0121)"},
 	{Name: "handover-does-not-wait-for-task", File: "election/election.go",
 		Old: "if e.running == 0 || bound <= 0 {", New: "if true {",
 		Catch: "election TestVoluntaryHandoverOrder; simulation (OnElected before the task returned)", Subset: true},
