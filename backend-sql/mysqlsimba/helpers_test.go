@@ -191,5 +191,30 @@ func engine(t *testing.T) sqltest.Engine {
 			return newBackend(t, newDB(t, rd, nil), "")
 		},
 		CtlEnv: "SIMBA_MYSQL_RESTART_CTL",
+		NewLossPair: func(t *testing.T, maxLease time.Duration) (driver.Backend, driver.Backend, func(*testing.T)) {
+			rd := os.Getenv("SIMBA_MYSQL_RESTART_DSN")
+			if rd == "" {
+				t.Fatal("SIMBA_MYSQL_RESTART_DSN is not set: the data-loss engine test needs the private server that `make services` starts")
+			}
+			db := newDB(t, rd, nil)
+			prefix := sqltest.FreshPrefix()
+			var bs [2]driver.Backend
+			for i := range bs {
+				b, err := mysqlsimba.New(ctxT(t), newDB(t, rd, nil), mysqlsimba.WithNamespace(prefix), mysqlsimba.WithMaxLease(maxLease))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+				bs[i] = b
+			}
+			t.Cleanup(func() { dropSchema(t, db, prefix) })
+			return bs[0], bs[1], func(t *testing.T) {
+				for _, tbl := range []string{"_sessions", "_leases", "_epoch"} {
+					if _, err := db.ExecContext(ctxT(t), "TRUNCATE TABLE "+prefix+tbl); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		},
 	}
 }

@@ -204,6 +204,31 @@ func engine(t *testing.T) sqltest.Engine {
 			return newBackend(t, newPool(t, u, nil), "")
 		},
 		CtlEnv: "SIMBA_POSTGRES_RESTART_CTL",
+		NewLossPair: func(t *testing.T, maxLease time.Duration) (driver.Backend, driver.Backend, func(*testing.T)) {
+			u := os.Getenv("SIMBA_POSTGRES_RESTART_URL")
+			if u == "" {
+				t.Fatal("SIMBA_POSTGRES_RESTART_URL is not set: the data-loss engine test needs the private server that `make services` starts")
+			}
+			pool := newPool(t, u, nil)
+			prefix := sqltest.FreshPrefix()
+			var bs [2]driver.Backend
+			for i := range bs {
+				b, err := pgsimba.New(ctxT(t), newPool(t, u, nil), pgsimba.WithNamespace(prefix), pgsimba.WithMaxLease(maxLease))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+				bs[i] = b
+			}
+			t.Cleanup(func() { dropSchema(t, pool, prefix) })
+			return bs[0], bs[1], func(t *testing.T) {
+				for _, tbl := range []string{"_sessions", "_leases", "_epoch"} {
+					if _, err := pool.Exec(ctxT(t), "TRUNCATE TABLE "+prefix+tbl); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		},
 	}
 }
 

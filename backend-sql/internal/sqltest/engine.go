@@ -30,6 +30,11 @@ type Engine struct {
 	// CtlEnv names the variable holding the private server's control
 	// script ("<script> stop", "<script> start").
 	CtlEnv string
+	// NewLossPair returns two clients (two processes' backends) of one
+	// fresh namespace on the private server, built with
+	// WithMaxLease(maxLease), and wipe, which empties the namespace's
+	// tables one statement after the other.
+	NewLossPair func(t *testing.T, maxLease time.Duration) (a, b driver.Backend, wipe func(t *testing.T))
 }
 
 // RunEngine runs the engine-level failure tests.
@@ -38,6 +43,59 @@ func RunEngine(t *testing.T, e Engine) {
 	t.Run("StatementStalledPastRenewal", func(t *testing.T) { stalled(t, e) })
 	t.Run("StatementStalledPastDeadline", func(t *testing.T) { stalledPastDeadline(t, e) })
 	t.Run("DatabaseRestarted", func(t *testing.T) { restarted(t, e) })
+	t.Run("DataLossUnderTwoEngines", func(t *testing.T) { dataLossTwoEngines(t, e) })
+}
+
+// Two engines campaign for one name; the namespace's tables are emptied
+// while the first leads. The next term (either engine's: the first one
+// campaigns again once its session has expired) begins only after the
+// quarantine, when the first term is no longer valid on its holder's
+// clock, with a higher token; BackendQuarantined is published (ADR 0130,
+// 0135).
+func dataLossTwoEngines(t *testing.T, e Engine) {
+	const maxLease = 3 * time.Second
+	a, b, wipe := e.NewLossPair(t, maxLease)
+	_, evA, recA, tmA := leader(t, a, engineCfg, "dl")
+	evB := newEventLog()
+	sB, err := session.Open(Ctx(t), b, session.WithConfig(engineCfg), session.WithListener(evB.listen), session.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sB.Close() })
+	recB := newClaimRec()
+	c, err := layer.MustOf(sB).Claim("dl", recB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer.MustOf(sB).Do(func() { c.Want(true) })
+	select {
+	case tm := <-recB.won:
+		t.Fatalf("the second engine won %v while the first led", tm)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	wipe(t)
+	lost := time.Now()
+	var next *term.Term
+	var quarantined *eventLog
+	select {
+	case next = <-recA.won:
+		quarantined = evA
+	case next = <-recB.won:
+		quarantined = evB
+	case <-time.After(30 * time.Second):
+		t.Fatal("no new term within 30s of the loss")
+	}
+	won := time.Since(lost)
+	switch {
+	case tmA.Valid():
+		t.Fatalf("a new term %v began %v after the loss while the first term %v was still valid", next, won, tmA)
+	case won < maxLease-100*time.Millisecond:
+		t.Fatalf("a new term began %v after the loss, inside the quarantine of %v", won, maxLease)
+	case next.Token() <= tmA.Token():
+		t.Fatalf("token after the loss %d, want > %d", next.Token(), tmA.Token())
+	}
+	quarantined.waitFor(t, 0, session.BackendQuarantined, time.Second)
+	t.Logf("new term %v after the loss (quarantine %v), token %d > %d", won, maxLease, next.Token(), tmA.Token())
 }
 
 // eventLog records a session's events; waits are bounded.
