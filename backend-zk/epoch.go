@@ -37,6 +37,11 @@ func identityPath(root, id string) string { return root + "/" + epochDir + "/" +
 // server clock has caught up.
 var ErrTokenOverflow = errors.New("zksimba: token would run ahead of the server clock (too many leader elections since the epoch began, or the server clock went back)")
 
+// maxQuarantineMS bounds the quarantine a record may ask for (about 34
+// years), so that the server time plus it cannot overflow. A record above
+// it is refused as garbled.
+const maxQuarantineMS = 1 << 40
+
 // epochRecord is the root node's data.
 type epochRecord struct {
 	// Epoch is the identity node's suffix: <root>/@epoch-<Epoch>.
@@ -65,14 +70,21 @@ func newEpoch(root string, rec epochRecord, st *zk.Stat) (*epoch, error) {
 	if st == nil || st.Czxid <= 0 || st.Ctime <= 0 {
 		return nil, fmt.Errorf("epoch node of %s: no creation stat", root)
 	}
-	if rec.QuarantineMS < 0 {
-		return nil, fmt.Errorf("epoch record of %s: negative quarantine %dms", root, rec.QuarantineMS)
+	if rec.QuarantineMS < 0 || rec.QuarantineMS > maxQuarantineMS {
+		return nil, fmt.Errorf("epoch record of %s: quarantine %dms is not within [0, %dms]", root, rec.QuarantineMS, int64(maxQuarantineMS))
 	}
 	e := &epoch{id: rec.Epoch, path: identityPath(root, rec.Epoch), czxid: st.Czxid, ctime: st.Ctime, start: uint64(st.Ctime / 1000)}
 	if rec.QuarantineMS > 0 {
-		e.start++
-		// The quarantine also lasts until the second of start: before it,
-		// a token would run ahead of the clock (see token).
+		// After a loss the epoch starts at the second its quarantine ends
+		// (and at least past the creation second). Every earlier token's
+		// high part is at most the clock second of the server that granted
+		// it (see token), so the new tokens are higher unless that server's
+		// clock was ahead of this creator's by a second less than the
+		// quarantine or more. Starting at the creation second would
+		// tolerate only about one second of skew, or less right after a
+		// young epoch. The quarantine also lasts until the second of
+		// start: before it, a token would run ahead of the clock.
+		e.start = max(uint64(st.Ctime/1000)+1, uint64((st.Ctime+rec.QuarantineMS)/1000))
 		e.until = max(st.Ctime+rec.QuarantineMS, int64(e.start)*1000)
 	}
 	if e.start >= 1<<32 {

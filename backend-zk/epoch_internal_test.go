@@ -47,6 +47,30 @@ func TestEpochTokens(t *testing.T) {
 	if err != nil || last >= b {
 		t.Fatalf("last token before the loss %d, %v; want < %d", last, err, b)
 	}
+	// The next loss comes 2 s after Init, and the server that creates the
+	// new epoch has a clock 3 s behind the one that created the first (a
+	// rebuilt ensemble, or a leader change between skewed servers): less
+	// than the quarantine. Every token of the new epoch must still be
+	// higher than the old epoch's: it starts at the second its quarantine
+	// ends, which is ADR 0138's assumption.
+	const behind, quarantine = 3_000, 30_000 // ms
+	skewed, err := newEpoch("/r", epochRecord{Epoch: "0123456789abcdef", QuarantineMS: quarantine}, &zk.Stat{Czxid: 0x100000002, Ctime: created + 2000 - behind})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := tok(initEp, 0x500000010+7, created+1500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after, err := tok(skewed, 0x100000003, skewed.until); err != nil || after <= before {
+		t.Fatalf("first token after a loss %d, %v; want > %d, a token of the epoch before, whose server's clock was %dms ahead (quarantine %dms)", after, err, before, behind, quarantine)
+	}
+	if end := created + 2000 - behind + quarantine; skewed.until != end {
+		t.Fatalf("quarantine until %d: want %d, one quarantine after the creation", skewed.until, end)
+	}
+	if _, err := newEpoch("/r", epochRecord{Epoch: "x", QuarantineMS: 1 << 62}, &zk.Stat{Czxid: 1, Ctime: created}); err == nil {
+		t.Fatal("a quarantine of 2^62 ms accepted (it would overflow the server time)")
+	}
 	// More leader elections than seconds: refused, not wrapped.
 	if _, err := tok(initEp, 0x500000010+3<<32, created+2000); !errors.Is(err, ErrTokenOverflow) {
 		t.Fatalf("token ahead of the clock: %v, want ErrTokenOverflow", err)
