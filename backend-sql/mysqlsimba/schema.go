@@ -503,7 +503,13 @@ BEGIN
         -- The session expired, or the namespace is quarantined, or its
         -- records were lost. Nothing of the above stays; lost_v1 notes a
         -- loss (or finds none) and says how long the quarantine lasts.
+        -- READ COMMITTED again (SET TRANSACTION applies to the next
+        -- transaction only): at the session's default, REPEATABLE READ,
+        -- lost_v1 would read the epoch row and the markers from a snapshot
+        -- taken before it waited for the schema row, missing what a
+        -- finder ahead of it wrote.
         ROLLBACK;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
         START TRANSACTION;
         SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6);
         IF v_alive = 1 THEN

@@ -116,3 +116,78 @@ func TestOperatorQuarantineIsImmediate(t *testing.T) {
 		t.Fatalf("Acquire of a released lease right after the operator's step = %+v, %v; want a quarantine of about 30s", rep, err)
 	}
 }
+
+// An Acquire that finds a loss another finder is noting waits for it and
+// then reads what it wrote: acquire_v2's second transaction, which notes
+// the loss, is READ COMMITTED like the first. It used to run at the
+// session's default level (SET TRANSACTION applies to the next
+// transaction only), REPEATABLE READ, so lost_v1 read the epoch row from a
+// snapshot taken before its wait for the <p>_schema row and answered
+// "nothing granted, no quarantine" in the middle of a 30 s quarantine.
+func TestAcquireAfterAnotherFinderReportsItsQuarantine(t *testing.T) {
+	db := newDB(t, dsn(t), nil)
+	prefix := sqltest.FreshPrefix()
+	b := newBackend(t, db, prefix)
+	id := sqltest.Open(t, b, 10*time.Second)
+	ctx := ctxT(t)
+	if _, err := db.ExecContext(ctx, "TRUNCATE TABLE "+prefix+"_leases"); err != nil {
+		t.Fatal(err)
+	}
+	// The first finder: holds the schema row while the Acquire starts.
+	first, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = first.Close() }()
+	for _, s := range []string{"SET TRANSACTION ISOLATION LEVEL READ COMMITTED", "START TRANSACTION", "SELECT id FROM " + prefix + "_schema WHERE id = 1 FOR UPDATE"} {
+		if _, err := first.ExecContext(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	type result struct {
+		rep driver.AcquireReply
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := b.Acquire(ctx, driver.AcquireRequest{ID: id, Names: []string{"x"}})
+		done <- result{rep, err}
+	}()
+	// Wait until the Acquire, its grant refused, waits for the schema row
+	// in lost_v1.
+	for {
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE ?", "%"+prefix+"_schema%").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("Acquire returned before it waited for the first finder: %+v, %v", r.rep, r.err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	var until string
+	if _, err := first.ExecContext(ctx, "CALL "+prefix+"_lost_v1(30000000, @until)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.QueryRowContext(ctx, "SELECT CAST(@until AS CHAR)").Scan(&until); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.rep.Quarantine <= 29*time.Second || r.rep.Results[0].Token != 0 {
+		t.Fatalf("Acquire that waited for the first finder = %+v, %v; want the first finder's quarantine of about 30s", r.rep, r.err)
+	}
+	var got string
+	if err := db.QueryRowContext(ctx, "SELECT CAST(quarantine_until AS CHAR) FROM "+prefix+"_epoch WHERE id = 1").Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got != until {
+		t.Fatalf("the first finder's quarantine ends at %s; after the Acquire it ends at %s: pushed on", until, got)
+	}
+}
