@@ -19,8 +19,12 @@ const minMajor = 5
 // CheckServer reads the server's version and configuration, as the first
 // Open does, and returns what an operator should fix: an eviction policy
 // other than noeviction (an evicted session or lease key is data loss the
-// quarantine does not see), no persistence (a restart loses every lease:
-// the quarantine then refuses every lease for one maximum lease), and
+// quarantine does not see), persistence that can restart from an older
+// state (RDB snapshots alone, or an AOF not fsynced on every write: the
+// epoch key survives such a restart, so the quarantine does not start while
+// a lease granted since the last snapshot or fsync is lost), no persistence
+// (a restart loses every lease: the quarantine then refuses every lease for
+// one maximum lease), and
 // replicas without min-replicas-to-write (a failover to a replica that
 // missed writes is data loss the quarantine does not see either). A server older than 5.0 is
 // an error wrapping [ErrServerUnsupported]. Settings the server refuses to
@@ -43,8 +47,17 @@ func (b *Backend) CheckServer(ctx context.Context) (warnings []string, err error
 	save, err := b.config(ctx, "save")
 	switch {
 	case err != nil:
-		warnings = append(warnings, fmt.Sprintf("cannot read the save setting (%v): make sure Redis persists its data", err))
-	case fields["aof_enabled"] != "1" && strings.TrimSpace(save) == "":
+		warnings = append(warnings, fmt.Sprintf("cannot read the save setting (%v): make sure a restart loses no acknowledged write (appendonly yes, appendfsync always) or loses everything (no persistence)", err))
+	case fields["aof_enabled"] == "1":
+		// A restart replays the AOF: only what was fsynced survives.
+		if f, err := b.config(ctx, "appendfsync"); err != nil {
+			warnings = append(warnings, fmt.Sprintf("cannot read appendfsync (%v): make sure it is always", err))
+		} else if f != "always" {
+			warnings = append(warnings, fmt.Sprintf("appendonly yes with appendfsync %s: a crash restarts without the last writes (up to a second with everysec), epoch key included, so the quarantine does not start while a session that lost its lease still believes in it; set appendfsync always, or run without persistence (a restart then quarantines for one maximum lease)", f))
+		}
+	case strings.TrimSpace(save) != "":
+		warnings = append(warnings, fmt.Sprintf("persistence by RDB snapshots only (save %q, appendonly no): a crash restarts from the last snapshot, which has the epoch key but not the leases and renewals since, so the quarantine does not start while a session that lost its lease still believes in it; set appendonly yes with appendfsync always, or run without persistence (a restart then quarantines for one maximum lease)", save))
+	default:
 		warnings = append(warnings, fmt.Sprintf("no persistence (appendonly no, save \"\"): a restart loses every session and lease, as a FLUSHALL would, and the quarantine then grants no lease for one maximum lease (%v)", b.opts.maxLease))
 	}
 	if n, _ := strconv.Atoi(fields["connected_slaves"]); fields["role"] == "master" && n > 0 {

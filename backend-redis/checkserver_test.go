@@ -31,9 +31,11 @@ func (l *logged) Handle(_ context.Context, r slog.Record) error {
 func (l *logged) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *logged) WithGroup(string) slog.Handler      { return l }
 
-// The first Open warns, once, about an evicting policy and a server
-// without persistence, on a private server configured so; a server that
-// persists and never evicts gets no warning.
+// The first Open warns, once, about an evicting policy, a server without
+// persistence, and one whose restart can bring back an older state (RDB
+// snapshots alone, an AOF not fsynced on every write), on a private server
+// configured so; a server that fsyncs every write and never evicts gets no
+// warning.
 func TestServerCheckWarns(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -45,6 +47,15 @@ func TestServerCheckWarns(t *testing.T) {
 			"WARN redissimba: no persistence",
 		}},
 		{"noeviction, AOF", []string{"--maxmemory-policy", "noeviction"}, nil},
+		// A crash of these restarts from an older state with the epoch key
+		// in it: no quarantine, while the holder of a lease granted since
+		// still believes in it.
+		{"noeviction, AOF everysec", []string{"--maxmemory-policy", "noeviction"}, []string{
+			"WARN redissimba: appendonly yes with appendfsync everysec",
+		}},
+		{"noeviction, RDB snapshots", []string{"--maxmemory-policy", "noeviction"}, []string{
+			"WARN redissimba: persistence by RDB snapshots only",
+		}},
 		{"a replica, min-replicas-to-write 0", []string{"--maxmemory-policy", "noeviction", "--repl-diskless-sync-delay", "0"}, []string{
 			"WARN redissimba: 1 replica(s) and min-replicas-to-write 0",
 		}},
@@ -58,9 +69,20 @@ func TestServerCheckWarns(t *testing.T) {
 					t.Fatalf("WAIT 1: %d, %v", n, err)
 				}
 			}
-			if tc.want == nil || strings.Contains(tc.name, "AOF") || strings.Contains(tc.name, "replica") { // startServer turns persistence off: turn AOF on
+			// startServer turns persistence off: turn it on as the case says.
+			switch {
+			case strings.Contains(tc.name, "RDB"):
+				if err := c.ConfigSet(ctxT(t), "save", "3600 1").Err(); err != nil {
+					t.Fatal(err)
+				}
+			case strings.Contains(tc.name, "AOF") || strings.Contains(tc.name, "replica"):
 				if err := c.ConfigSet(ctxT(t), "appendonly", "yes").Err(); err != nil {
 					t.Fatal(err)
+				}
+				if !strings.Contains(tc.name, "everysec") {
+					if err := c.ConfigSet(ctxT(t), "appendfsync", "always").Err(); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 			var log logged

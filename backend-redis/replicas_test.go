@@ -80,3 +80,47 @@ func TestWaitReplicasOptions(t *testing.T) {
 		}
 	})
 }
+
+// A grant the replica did not acknowledge stays unbelieved when the same
+// session asks again on another connection. The first Acquire writes the
+// grant and fails with ErrReplicaLag; the second finds x already the
+// caller's and writes nothing. Its WAIT still waits for the grant only
+// because Redis sets a connection's WAIT offset to the replication offset
+// after every command, writing or not (not only "the writes of the
+// connection", as WAIT is documented); a server doing only what the
+// documentation says would acknowledge a grant the paused replica never
+// had. This pins the behaviour WithWaitReplicas relies on.
+func TestWaitReplicasAfterRefusedGrant(t *testing.T) {
+	master := startServer(t, "--repl-diskless-sync-delay", "0")
+	replica := startServer(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.port))
+	mc := master.client(master.addr())
+	if n, err := mc.(*redis.Client).Wait(ctxT(t), 1, 5*time.Second).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 for the initial sync: %d replicas, %v", n, err)
+	}
+	b := newBackend(t, mc, namespace(t), redissimba.WithWaitReplicas(1, time.Second)) // generous: a loaded machine delays the ack
+	id := open(t, b, 5*time.Second)
+
+	replica.pause() // from here on the replica acknowledges nothing
+	if _, err := b.Acquire(ctxT(t), driver.AcquireRequest{ID: id, Names: []string{"x"}}); !errors.Is(err, redissimba.ErrReplicaLag) {
+		t.Fatalf("Acquire while the replica lags = %v, want ErrReplicaLag", err)
+	}
+	// The connection that carried the grant goes away (a network blip,
+	// the server's idle timeout); the pool dials a new one.
+	admin := redis.NewClient(&redis.Options{Addr: master.addr(), MaxRetries: -1})
+	defer func() { _ = admin.Close() }()
+	if err := admin.ClientKillByFilter(ctxT(t), "TYPE", "normal").Err(); err != nil {
+		t.Fatalf("CLIENT KILL TYPE normal: %v", err)
+	}
+	for range 2 {
+		rep, err := b.Acquire(ctxT(t), driver.AcquireRequest{ID: id, Names: []string{"x"}})
+		if errors.Is(err, redissimba.ErrReplicaLag) {
+			return
+		}
+		if err != nil {
+			continue // the killed connection, if the pool had not noticed
+		}
+		info, _ := admin.Info(ctxT(t), "replication").Result()
+		t.Fatalf("Acquire of x on a new connection = %+v: reported without the paused replica's acknowledgement of the grant:\n%s", rep, info)
+	}
+	t.Fatal("Acquire kept failing after the connections were killed")
+}
