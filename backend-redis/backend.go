@@ -80,9 +80,11 @@ const DefaultMaxLease = 30 * time.Second
 // the quarantine after the namespace loses its records (ADR 0130): one
 // maximum lease, on the Redis clock, in which no lease is granted, so that
 // every term granted before the loss has ended on its holder's clock. Every
-// process of a namespace must use the same value (or none with a larger
-// one): the quarantine one process starts must outlast the leases all of
-// them grant. Zero means [DefaultMaxLease]; a shorter cap makes a data
+// process of a namespace must use the same value: the quarantine the process
+// that notices the loss starts, from its own cap, must outlast the leases
+// all of them grant, so one with a smaller cap than the others would end it
+// before their terms (a holder cut off from Redis believes until its
+// deadline). Zero means [DefaultMaxLease]; a shorter cap makes a data
 // loss cheaper, a longer one allows longer session leases.
 func WithMaxLease(d time.Duration) Option {
 	return func(o *options) { o.maxLease = d }

@@ -43,8 +43,11 @@ func WithPrefix(prefix string) Option { return WithNamespace(prefix) }
 // quarantine after the namespace's tables lost their rows (ADR 0130): no
 // lease is granted until one maximum lease after the loss was noticed, so
 // no term granted before it is still believed in. Every process of a
-// namespace must use the same cap (or a smaller one), including processes
-// of older versions, whose sessions are not capped.
+// namespace must use the same cap: whichever process notices a loss sets the
+// quarantine from its own cap, so one with a smaller cap than the others
+// would end it before their terms (a holder cut off from the database
+// believes until its deadline). Processes of older versions do not cap
+// their sessions at all.
 func WithMaxLease(d time.Duration) Option { return func(c *config) { c.maxLease = d } }
 
 // WithoutSchemaCreation makes [New] assume the tables and procedures exist
