@@ -200,7 +200,10 @@ func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.Re
 		return driver.RenewReply{}, fmt.Errorf("zksimba: renew %s: %w", s.id, err)
 	}
 	version, leases := s.ownedSet()
-	reply := driver.RenewReply{Remaining: Grant(s.timeout()), Version: version}
+	// Capped as Open caps it: a reconnect to a server with another
+	// minSessionTimeout may have negotiated a timeout above WithMaxLease,
+	// and a grant above it would outlive the quarantine after a loss.
+	reply := driver.RenewReply{Remaining: Grant(min(s.timeout(), s.b.cfg.maxLease)), Version: version}
 	if req.KnownVersion != version {
 		reply.Full, reply.Leases = true, leases
 	}

@@ -148,6 +148,13 @@ func (s *zsession) onConnect(info connectInfo) {
 		// session on this connection must never pass for ours.
 		s.markExpired(fmt.Sprintf("connection switched to session %#x", info.sessionID))
 	default:
+		if old := s.timeout(); info.timeout != old {
+			// Servers that clamp timeouts differently: a shorter timeout
+			// can end the session on the server before a grant made under
+			// the longer one ends (ADR 0138's assumptions).
+			s.log.Warn("zksimba: the reconnect negotiated another session timeout: give every server of the ensemble the same tickTime, minSessionTimeout and maxSessionTimeout",
+				"session", formatID(first), "before", old, "now", info.timeout)
+		}
 		s.timeoutNs.Store(int64(info.timeout))
 	}
 }
