@@ -557,3 +557,36 @@ func TestSubscribeStopFromCallbackAndWhileRunning(t *testing.T) {
 		t.Fatal("stop returned before the callback had")
 	}
 }
+
+// The owner a Backend remembers for a name (its hint, ADR 0131) only saves
+// a call: a hint that names a former owner never lets the script judge the
+// current one by the former's key. A holds x while B's backend looks (its
+// hint becomes A), A closes, C takes x; B's next attempt declares A's key,
+// gone, and must still see C alive.
+func TestStaleOwnerHintNeverTakesOver(t *testing.T) {
+	forModes(t, func(t *testing.T, c redis.UniversalClient) {
+		ns := namespace(t)
+		bb := newBackend(t, c, ns) // B's process: keeps the hints
+		other := newBackend(t, c, ns)
+		a := open(t, other, 10*time.Second)
+		b := open(t, bb, 10*time.Second)
+		cs := open(t, other, 10*time.Second)
+		acquire(t, other, a, "x")
+		if tok := acquire(t, bb, b, "x")[0]; tok != 0 {
+			t.Fatalf("B took x from live A (token %d)", tok)
+		}
+		if err := other.Close(ctxT(t), a); err != nil {
+			t.Fatal(err)
+		}
+		tc := acquire(t, other, cs, "x")[0]
+		if tc == 0 {
+			t.Fatal("C did not get x after A closed")
+		}
+		if tok := acquire(t, bb, b, "x")[0]; tok != 0 {
+			t.Fatalf("B took x (token %d) from live C, judging it by its stale hint A", tok)
+		}
+		if r := renew(t, other, cs, 0); len(r.Leases) != 1 || r.Leases[0] != (driver.Lease{Name: "x", Token: tc}) {
+			t.Fatalf("C owns %+v, want [x %d]", r.Leases, tc)
+		}
+	})
+}
