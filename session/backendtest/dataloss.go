@@ -10,7 +10,7 @@ import (
 // dataLoss runs last and alone (see Run), only with Config.LoseData.
 var dataLoss = testCase{
 	name:    "TokensSurviveDataLoss",
-	promise: "after the store loses its data, old sessions stay expired, no lease is granted for one maximum lease (the quarantine, with Config.MaxLease), and every new token is higher than every earlier one for its name",
+	promise: "after the store loses its data, old sessions stay expired, no lease is granted for one maximum lease (the quarantine, with Config.MaxLease), to any client, not only the one that found the loss, and every new token is higher than every earlier one for its name",
 	f: func(e *env) {
 		a := e.open()
 		tx := a.mustAcquire("x")
@@ -38,6 +38,17 @@ var dataLoss = testCase{
 		defer func() { _ = b.Close(context.Background(), s.id) }()
 		if e.cfg.MaxLease > 0 {
 			q := s.quarantined(lost, "x", "y")
+			// Another process, which did not find the loss, is quarantined
+			// too: the quarantine lives in the store, not in the finder's
+			// memory.
+			c := e.client()
+			cr, err := c.Open(e.ctx(), driver.OpenRequest{LeaseDuration: e.cfg.Lease})
+			if err != nil {
+				e.fatalf("Open of another client in the quarantine: %v; Open keeps working during the quarantine", err)
+			}
+			cs := &sess{e: e, b: c, id: cr.ID, opened: cr}
+			cs.quarantined(lost, "x", "y")
+			_ = c.Close(context.Background(), cs.id)
 			s.pass(q / 2)
 			if q2 := s.quarantined(time.Time{}, "x", "y"); q2 > q-q/4 {
 				e.errorf("Acquire %v into a quarantine of %v: Quarantine = %v: it counts down from the loss's detection, a later Acquire does not restart it", q/2, q, q2)

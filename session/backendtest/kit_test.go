@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,6 +118,13 @@ var brokenBackends = []struct {
 			return cfg
 		},
 		want: []string{"UninitialisedNamespaceQuarantined"},
+	},
+	{
+		// The quarantine lives in the memory of the client that found the
+		// loss: another process grants at once.
+		name: "QuarantineOnlyInTheFinder",
+		cfg:  finderOnlyConfig,
+		want: []string{"TokensSurviveDataLoss"},
 	},
 	{
 		name: "ExpiresLate", // the backend's clock runs at half speed
@@ -275,6 +283,44 @@ func (b noOwnerCheck) Open(ctx context.Context, req driver.OpenRequest) (driver.
 type halfSpeed struct{ start time.Time }
 
 func (c halfSpeed) Now() time.Time { return c.start.Add(time.Since(c.start) / 2) }
+
+// finderOnlyConfig is memoryConfig on stores without their own
+// quarantine, whose clients keep one each, in their own memory: the first
+// client to Acquire after a loss is quarantined for kitMaxLease, the others
+// are not.
+func finderOnlyConfig() backendtest.Config {
+	clock := memory.NewManualClock(time.Unix(1_000_000, 0))
+	var lost atomic.Bool
+	cfg := memoryConfig(func(b *memory.Backend) driver.Backend {
+		return &finderOnly{Backend: b, clock: clock, lost: &lost}
+	}, memory.WithoutQuarantine(), memory.WithClock(clock))
+	loseData := cfg.LoseData
+	cfg.LoseData = func(t *testing.T) { loseData(t); lost.Store(true) }
+	cfg.Advance = func(_ *testing.T, d time.Duration) { clock.Advance(d) }
+	return cfg
+}
+
+type finderOnly struct {
+	*memory.Backend
+	clock *memory.ManualClock
+	lost  *atomic.Bool // a loss nobody found yet
+	until time.Time    // this client's quarantine
+}
+
+func (b *finderOnly) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
+	now := b.clock.Now()
+	if b.lost.CompareAndSwap(true, false) {
+		b.until = now.Add(kitMaxLease)
+	}
+	if q := b.until.Sub(now); q > 0 {
+		r := driver.AcquireReply{Quarantine: q}
+		for _, n := range req.Names {
+			r.Results = append(r.Results, driver.AcquireResult{Name: n})
+		}
+		return r, nil
+	}
+	return b.Backend.Acquire(ctx, req)
+}
 
 // releaseAny releases a name from whoever holds it, ignoring token and
 // session.
