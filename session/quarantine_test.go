@@ -241,15 +241,17 @@ func TestLateReplyDoesNotRestartTheQuarantineEvent(t *testing.T) {
 }
 
 // lateLyingAcquire makes the first Acquire take effect at once but answer
-// only after delay (past the engine's call timeout), announcing a
-// quarantine beside the grant it made: a lying late reply, whose token the
-// session's next attempt was meanwhile given back as its own lease.
+// only when the test closes answer (long past the engine's call timeout),
+// announcing a quarantine beside the grant it made: a lying late reply,
+// whose token the session's next attempt was meanwhile given back as its
+// own lease. The test picks the instant the reply arrives, so it never
+// races a renewal.
 type lateLyingAcquire struct {
 	*memory.Backend
-	delay time.Duration
-	mu    sync.Mutex
-	calls int
-	late  bool // the late reply was handed to the engine
+	answer  chan struct{}
+	mu      sync.Mutex
+	calls   int
+	granted uint64 // the token the first Acquire granted
 }
 
 func (l *lateLyingAcquire) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
@@ -261,11 +263,13 @@ func (l *lateLyingAcquire) Acquire(ctx context.Context, req driver.AcquireReques
 		return l.Backend.Acquire(ctx, req)
 	}
 	r, err := l.Backend.Acquire(context.Background(), req)
-	<-time.After(l.delay)
-	r.Quarantine = 10 * time.Second
 	l.mu.Lock()
-	l.late = true
+	if len(r.Results) == 1 {
+		l.granted = r.Results[0].Token
+	}
 	l.mu.Unlock()
+	<-l.answer
+	r.Quarantine = 10 * time.Second
 	return r, err
 }
 
@@ -274,33 +278,67 @@ func (l *lateLyingAcquire) Acquire(ctx context.Context, req driver.AcquireReques
 // late reply of an abandoned attempt carries the token the next attempt
 // made a term of. Releasing it would free the lease under that term, and
 // another node could take the name while the term is still valid.
+//
+// Deterministic, on virtual time with no two events at one instant: the
+// retry jitter is 1ms, so the first attempt (0.5s) times out at 5.5s,
+// after the renewal at 5s that saw it still in flight, and the retry
+// (2.5s later, 8s) is given the hung call's lease back, token and all,
+// before the renewal at 10s could have released it as unknown. The late
+// reply is let through at 9.5s, when every goroutine of the bubble is
+// idle and nothing is due, so whatever the engine does with it (a
+// release, with the mutation quarantine-violation-releases-live-term) is
+// complete before the next renewal could confirm or re-acquire anything.
 func TestLyingLateGrantDoesNotReleaseALiveTermsLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lease := deadline.DefaultLeaseDuration
 		b, _ := memory.New(memory.WithMaxLease(lease))
-		l := &lateLyingAcquire{Backend: b, delay: lease}
+		l := &lateLyingAcquire{Backend: b, answer: make(chan struct{})}
+		var once sync.Once
+		answer := func() { once.Do(func() { close(l.answer) }) }
 		ev := &events{}
-		s := openListened(t, l, ev)
+		s, err := session.Open(t.Context(), l, session.WithListener(ev.listen), session.WithLogger(nil),
+			session.WithConfig(deadline.Config{RetryJitter: time.Millisecond}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		t.Cleanup(answer)               // runs before the Close: a failed check must not leave the call hanging
+		advance(500 * time.Millisecond) // off the renewals' instants
 		r := claimOn(t, s, "a")
+		// The first attempt times out; a later one is given the same lease
+		// back and makes a term of it.
+		var live *term.Term
 		for range 2 * int(lease/time.Second) {
 			advance(time.Second)
-			l.mu.Lock()
-			late := l.late
-			l.mu.Unlock()
-			if late {
+			if ts := r.terms(); len(ts) > 0 {
+				live = ts[0]
 				break
 			}
 		}
-		synctest.Wait()
-		ts := r.terms()
-		if len(ts) != 1 || !ts[0].Valid() {
-			t.Fatalf("terms %v after the late reply, want one valid term (made by the second attempt)", ts)
+		if live == nil || !live.Valid() {
+			t.Fatalf("terms %v while the first attempt hangs, want one valid term (made by a later attempt)", r.terms())
 		}
+		l.mu.Lock()
+		granted := l.granted
+		l.mu.Unlock()
+		if live.Token() != granted {
+			t.Fatalf("the live term has token %d, the hung call granted %d: the test needs them equal (the late reply's grant is the live term's lease)", live.Token(), granted)
+		}
+		advance(time.Second) // well inside the term, between two renewals
+		if _, tok, ok := b.Owner("a"); !ok || tok != live.Token() {
+			t.Fatalf("backend owner of a before the late reply: token %d held %v, want the live term's %d", tok, ok, live.Token())
+		}
+
+		answer() // the late lying reply arrives; nothing else is due
+		synctest.Wait()
 		if ev.count(session.BackendContractViolation) == 0 {
 			t.Fatal("no BackendContractViolation for a grant inside the quarantine the same reply announces")
 		}
-		if _, tok, ok := b.Owner("a"); !ok || tok != ts[0].Token() {
-			t.Fatalf("backend owner of a: token %d held %v, want the live term's %d still held: the lie released the lease under a valid term", tok, ok, ts[0].Token())
+		if ts := r.terms(); len(ts) != 1 || !ts[0].Valid() {
+			t.Fatalf("terms %v after the late reply, want the one valid term %v", ts, live)
+		}
+		if _, tok, ok := b.Owner("a"); !ok || tok != live.Token() {
+			t.Fatalf("backend owner of a: token %d held %v, want the live term's %d still held: the lie released the lease under a valid term", tok, ok, live.Token())
 		}
 	})
 }
