@@ -182,9 +182,16 @@ func Schema(prefix string) ([]string, error) { return Migration(prefix, 0) }
 // upgraded schema; the backend refuses to run on an older one, naming this
 // function.
 //
-// From 0 it creates a new namespace, ready at once. From an older version
-// the first acquisition afterwards starts one quarantine of a maximum
-// lease (no lease granted meanwhile, held leases are kept): the tables it
+// From 0 it creates a new namespace, ready at once: only for tables that
+// do not exist. Its statements are idempotent, but run again on existing
+// tables (a runbook that re-applies the schema after a restore or an
+// emptying, say) it writes the epoch row and the markers back, which hides
+// the loss of their rows: no quarantine, while a holder from before the
+// loss may still believe (ADR 0130: as Init after a loss on Redis).
+//
+// From an older version the first acquisition afterwards starts one
+// quarantine of a maximum lease (no lease granted meanwhile, held leases
+// are kept): the tables it
 // upgrades may have just been restored from an old backup, and the
 // quarantine is what keeps two holders apart then (ADR 0130).
 func Migration(prefix string, from int) ([]string, error) {
