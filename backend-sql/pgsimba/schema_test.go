@@ -87,3 +87,74 @@ func TestDataLoss(t *testing.T) {
 		},
 	})
 }
+
+// Finders of one loss take turns (epoch_v1 locks the epoch table), so an
+// Acquire that finds a loss another finder is noting waits for it, reads
+// what it put back, and neither pushes its quarantine on nor bumps every
+// session's version a second time. Without the turns it did both (nothing
+// else tested the lock).
+func TestAcquireAfterAnotherFinderKeepsItsQuarantine(t *testing.T) {
+	pool := newPool(t, pgURL(t), nil)
+	prefix := sqltest.FreshPrefix()
+	b := newBackend(t, pool, prefix)
+	id := sqltest.Open(t, b, 10*time.Second)
+	ctx := ctxT(t)
+	if _, err := pool.Exec(ctx, "TRUNCATE "+prefix+"_leases"); err != nil {
+		t.Fatal(err)
+	}
+	first, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = first.Rollback(context.Background()) }()
+	var left int64
+	if err := first.QueryRow(ctx, "SELECT "+prefix+"_epoch_v1(30000000, 10000)").Scan(&left); err != nil || left <= 0 {
+		t.Fatalf("the first finder's epoch_v1 = %d, %v; want the µs left", left, err)
+	}
+	var until time.Time
+	if err := first.QueryRow(ctx, "SELECT quarantine_until FROM "+prefix+"_epoch WHERE id = 1").Scan(&until); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		rep driver.AcquireReply
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rep, err := b.Acquire(ctx, driver.AcquireRequest{ID: id, Names: []string{"x"}})
+		done <- result{rep, err}
+	}()
+	// Wait until the Acquire waits on a lock the first finder holds.
+	for {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1", "%"+prefix+"_%").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("Acquire returned before it waited for the first finder: %+v, %v", r.rep, r.err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.rep.Quarantine <= 29*time.Second || r.rep.Results[0].Token != 0 {
+		t.Fatalf("Acquire that waited for the first finder = %+v, %v; want its quarantine of about 30s", r.rep, r.err)
+	}
+	var got time.Time
+	var version int64
+	if err := pool.QueryRow(ctx, "SELECT e.quarantine_until, s.version FROM "+prefix+"_epoch e, "+prefix+"_sessions s WHERE e.id = 1 AND s.id = $1", string(id)).Scan(&got, &version); err != nil {
+		t.Fatal(err)
+	}
+	if !got.Equal(until) {
+		t.Errorf("the first finder's quarantine ends at %v; after the Acquire it ends at %v: pushed on", until, got)
+	}
+	if version != 2 {
+		t.Errorf("the session's version after one loss = %d, want 2 (bumped once)", version)
+	}
+}
