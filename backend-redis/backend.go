@@ -67,6 +67,7 @@ type options struct {
 	maxLease         time.Duration
 	waitReplicas     int
 	waitTimeout      time.Duration
+	noRestartCheck   bool // WithoutRestartQuarantine
 }
 
 // DefaultMaxLease is the longest lease a [Backend] grants unless
@@ -88,6 +89,32 @@ const DefaultMaxLease = 30 * time.Second
 // loss cheaper, a longer one allows longer session leases.
 func WithMaxLease(d time.Duration) Option {
 	return func(o *options) { o.maxLease = d }
+}
+
+// WithoutRestartQuarantine turns off the quarantine after a change of
+// server incarnation (ADR 0131). By default the namespace's epoch records
+// the run_id of the Redis process that wrote it, and an Acquire served by
+// another process (a restart, a failover to a replica, a Cluster slot
+// moved to another node) starts a quarantine of one maximum lease
+// ([WithMaxLease]), because the data it serves may be an older state that
+// lacks leases granted since, while their holders still believe in them.
+//
+// It is safe only when no such change can bring back an older state than
+// the one the sessions acted on: every node that can serve the namespace
+// persists with appendonly yes and appendfsync always (a restart then
+// loses no acknowledged write), and either it has no replicas or every
+// process of the namespace uses [WithWaitReplicas] with n equal to the
+// number of replicas, with a failover that promotes only a replica that
+// acknowledged; and no Cluster reshard moves the namespace's slot while
+// sessions hold leases (MIGRATE carries the keys whole, but a move is a
+// change of incarnation this option stops noticing). A restart without
+// persistence, or a FLUSHALL, is still quarantined: the epoch is gone.
+// With RDB snapshots alone, or appendfsync everysec or no, this option
+// lets a new session take a lease at once after a crash while its holder
+// still believes in it. Every process of a namespace should use the same
+// setting: one that checks still quarantines for all of them.
+func WithoutRestartQuarantine() Option {
+	return func(o *options) { o.noRestartCheck = true }
 }
 
 // WithLogger sets the logger of the server check the first Open runs
@@ -336,8 +363,8 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest, result
 	n := len(pending)
 	ks := make([]string, 3, 3+n)
 	ks[0], ks[1], ks[2] = b.keys.session+string(req.ID), b.keys.names, b.keys.epoch
-	args := make([]any, 4, 4+2*n)
-	args[0], args[1], args[2], args[3] = string(req.ID), b.keys.session, b.maxLeaseMS(), n
+	args := make([]any, 5, 5+2*n)
+	args[0], args[1], args[2], args[3], args[4] = string(req.ID), b.keys.session, b.maxLeaseMS(), n, b.restartCheck()
 	for _, i := range pending {
 		ks = append(ks, b.keys.lease+req.Names[i])
 		args = append(args, req.Names[i])
@@ -402,6 +429,15 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest, result
 		}
 	}
 	return again, 0, nil
+}
+
+// restartCheck is the acquire script's ARGV[5]: "1" to compare the
+// epoch's run_id with the serving node's, "0" with WithoutRestartQuarantine.
+func (b *Backend) restartCheck() string {
+	if b.opts.noRestartCheck {
+		return "0"
+	}
+	return "1"
 }
 
 // maxHints bounds the owners an Acquire remembers.

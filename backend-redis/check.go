@@ -21,15 +21,16 @@ const minMajor = 5
 // other than noeviction (an evicted session or lease key is data loss the
 // quarantine does not see), persistence that can restart from an older
 // state (RDB snapshots alone, or an AOF not fsynced on every write: the
-// epoch key survives such a restart, so the quarantine does not start while
-// a lease granted since the last snapshot or fsync is lost), no persistence
-// (a restart loses every lease: the quarantine then refuses every lease for
-// one maximum lease), and
-// replicas without min-replicas-to-write (a failover to a replica that
-// missed writes is data loss the quarantine does not see either). A server older than 5.0 is
-// an error wrapping [ErrServerUnsupported]. Settings the server refuses to
-// show (CONFIG disabled, as on some managed services) are reported as
-// warnings to check by hand.
+// epoch's run_id makes every such restart a quarantine of one maximum
+// lease, and with [WithoutRestartQuarantine] a restart that lost leases
+// granted since goes unnoticed), no persistence (a restart loses every
+// lease: the quarantine then refuses every lease for one maximum lease),
+// and replicas without min-replicas-to-write (a failover is a quarantine,
+// or, with WithoutRestartQuarantine, data loss the quarantine does not
+// see). A server older than 5.0 is an error wrapping
+// [ErrServerUnsupported]. Settings the server refuses to show (CONFIG
+// disabled, as on some managed services) are reported as warnings to check
+// by hand.
 func (b *Backend) CheckServer(ctx context.Context) (warnings []string, err error) {
 	info, err := b.rdb.Info(ctx, "server", "persistence", "replication").Result()
 	if err != nil {
@@ -44,6 +45,14 @@ func (b *Backend) CheckServer(ctx context.Context) (warnings []string, err error
 	} else if p != "noeviction" {
 		warnings = append(warnings, fmt.Sprintf("maxmemory-policy is %s: under memory pressure Redis may evict session and lease keys, which is data loss the quarantine does not detect unless the epoch key goes too; set noeviction", p))
 	}
+	if fields["run_id"] == "" && !b.opts.noRestartCheck {
+		warnings = append(warnings, "INFO server shows no run_id: every Acquire will fail (the acquire script compares it with the epoch's to notice a restart); use a server that shows it")
+	}
+	// What a restart that brings back an older state does to the namespace.
+	older := "the epoch's run_id makes the restarted server quarantine the namespace for one maximum lease (" + b.opts.maxLease.String() + ") after every crash"
+	if b.opts.noRestartCheck {
+		older = "and WithoutRestartQuarantine is set, so the quarantine does not start while a session that lost its lease still believes in it: remove WithoutRestartQuarantine"
+	}
 	save, err := b.config(ctx, "save")
 	switch {
 	case err != nil:
@@ -53,16 +62,20 @@ func (b *Backend) CheckServer(ctx context.Context) (warnings []string, err error
 		if f, err := b.config(ctx, "appendfsync"); err != nil {
 			warnings = append(warnings, fmt.Sprintf("cannot read appendfsync (%v): make sure it is always", err))
 		} else if f != "always" {
-			warnings = append(warnings, fmt.Sprintf("appendonly yes with appendfsync %s: a crash restarts without the last writes (up to a second with everysec), epoch key included, so the quarantine does not start while a session that lost its lease still believes in it; set appendfsync always, or run without persistence (a restart then quarantines for one maximum lease)", f))
+			warnings = append(warnings, fmt.Sprintf("appendonly yes with appendfsync %s: a crash restarts without the last writes (up to a second with everysec) but with the epoch key; %s; set appendfsync always to lose no acknowledged write", f, older))
 		}
 	case strings.TrimSpace(save) != "":
-		warnings = append(warnings, fmt.Sprintf("persistence by RDB snapshots only (save %q, appendonly no): a crash restarts from the last snapshot, which has the epoch key but not the leases and renewals since, so the quarantine does not start while a session that lost its lease still believes in it; set appendonly yes with appendfsync always, or run without persistence (a restart then quarantines for one maximum lease)", save))
+		warnings = append(warnings, fmt.Sprintf("persistence by RDB snapshots only (save %q, appendonly no): a crash restarts from the last snapshot, which has the epoch key but not the leases and renewals since; %s; set appendonly yes with appendfsync always to lose no acknowledged write", save, older))
 	default:
 		warnings = append(warnings, fmt.Sprintf("no persistence (appendonly no, save \"\"): a restart loses every session and lease, as a FLUSHALL would, and the quarantine then grants no lease for one maximum lease (%v)", b.opts.maxLease))
 	}
 	if n, _ := strconv.Atoi(fields["connected_slaves"]); fields["role"] == "master" && n > 0 {
 		if m, err := b.config(ctx, "min-replicas-to-write"); err == nil && strings.TrimSpace(m) == "0" {
-			warnings = append(warnings, fmt.Sprintf("%d replica(s) and min-replicas-to-write 0: a failover to a replica that missed writes is data loss the quarantine does not detect (the epoch key survives there); set min-replicas-to-write 1 and min-replicas-max-lag well under the lease", n))
+			if b.opts.noRestartCheck {
+				warnings = append(warnings, fmt.Sprintf("%d replica(s), min-replicas-to-write 0 and WithoutRestartQuarantine: a failover to a replica that missed writes is data loss the quarantine does not detect (the epoch key survives there); use WithWaitReplicas, or remove WithoutRestartQuarantine", n))
+			} else {
+				warnings = append(warnings, fmt.Sprintf("%d replica(s) and min-replicas-to-write 0: a failover to a replica that missed writes is quarantined for one maximum lease (the promoted replica's run_id differs from the epoch's), as every failover is; set min-replicas-to-write 1 and min-replicas-max-lag well under the lease to lose fewer writes", n))
+			}
 		}
 	}
 	return warnings, nil

@@ -27,9 +27,12 @@
 //	                     (absent when free), "t" the last token handed out
 //	                     for the name. Never expires, so tokens keep rising.
 //	simba:{ns}:rel       pub/sub channel: space-separated released names.
-//	simba:{ns}:epoch     string: "0", or the end of a quarantine in µs of
-//	                     Redis TIME. Created by [Backend.Init], or by the
-//	                     first Acquire that finds it missing.
+//	simba:{ns}:epoch     string: "<q> <run_id>": q is 0 or the end of a
+//	                     quarantine in µs of Redis TIME, run_id the Redis
+//	                     process that wrote it. Created by [Backend.Init],
+//	                     or by the first Acquire that finds it missing or
+//	                     written by another process (a restart, failover
+//	                     or slot move: see [WithoutRestartQuarantine]).
 //	simba:{ns}:names     sorted set: every name ever won (inspection).
 //
 // Every key a script touches is declared in KEYS, also those a script
@@ -41,8 +44,11 @@
 // it is recreated with a quarantine of one maximum lease ([WithMaxLease],
 // default [DefaultMaxLease], which also caps every session's lease), and no
 // lease is granted until it ends, so no term granted before the loss can
-// overlap a new one. A new namespace looks the same: call [Backend.Init]
-// once, at its first deployment.
+// overlap a new one. Written by another Redis process (its run_id differs:
+// a restart from an older snapshot or AOF, a failover, a slot moved to
+// another Cluster node, any of which may have lost the latest grants), it
+// is treated the same way. A new namespace looks like a lost one: call
+// [Backend.Init] once, at its first deployment.
 //
 // Fencing tokens are max(last token + 1, Redis TIME in microseconds): they
 // rise strictly per name, and keep rising when Redis loses its data

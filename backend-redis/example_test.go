@@ -200,3 +200,20 @@ func ExampleWithWaitReplicas() {
 		fmt.Println("the replica is behind: no session until it catches up")
 	}
 }
+
+// A deployment whose Redis cannot restart from an older state (appendonly
+// yes, appendfsync always, no replicas) can skip the quarantine the
+// backend otherwise starts after every restart, failover or slot move.
+// Every process of the namespace should pass the same options.
+func ExampleWithoutRestartQuarantine() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	ctx := context.Background()
+	fsync, err := rdb.ConfigGet(ctx, "appendfsync").Result()
+	if err != nil || fsync["appendfsync"] != "always" {
+		log.Fatalf("appendfsync %v (%v): a restart may bring back an older state; keep the restart quarantine", fsync, err)
+	}
+	if _, err := redissimba.New(rdb, "billing", redissimba.WithoutRestartQuarantine()); err != nil {
+		log.Fatal(err)
+	}
+}

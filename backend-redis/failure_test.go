@@ -236,10 +236,13 @@ func TestFailureFailoverToStaleReplica(t *testing.T) {
 	}
 
 	// The promoted replica still has the first term: x owned by the old
-	// session until that expires on the new primary's clock.
-	nb := newBackend(t, rc, ns)
-	o := open(t, nb, 10*time.Second)
-	waitTimer(lease + 200*time.Millisecond)
+	// session until that expires on the new primary's clock. Its epoch
+	// names the old primary's run_id: the first Acquire quarantines the
+	// namespace for one maximum lease (ADR 0131).
+	nb := newBackend(t, rc, ns, redissimba.WithMaxLease(lease))
+	o := open(t, nb, lease)
+	awaitQuarantine(t, nb, o, lease, "x")
+	passRenewing(t, nb, o, 200*time.Millisecond, lease)
 	got := acquire(t, nb, o, "x")[0]
 	if got <= last {
 		t.Fatalf("token after failover to a stale replica = %d, want > %d (last token of the old primary)", got, last)

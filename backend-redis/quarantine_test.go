@@ -207,3 +207,105 @@ func TestMaxLeaseCapsGrants(t *testing.T) {
 		}
 	})
 }
+
+// A crash of a Redis persisting by RDB snapshots alone restarts from the
+// last snapshot: the epoch key is there, the lease granted since is not.
+// The epoch's run_id names the process that wrote it, so the restarted
+// process (another run_id) quarantines the namespace instead of handing the
+// lease to another session while its holder still believes in it.
+func TestRestartFromSnapshotQuarantines(t *testing.T) {
+	s := startServer(t)
+	const maxLease = time.Second
+	c := s.client(s.addr())
+	ns := namespace(t)
+	b := newBackend(t, c, ns, redissimba.WithMaxLease(maxLease))
+	a := open(t, b, maxLease)
+	if err := c.Save(ctxT(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	tx := acquire(t, b, a, "x")[0]
+	known := renew(t, b, a, 0).Version
+
+	s.restartFromSnapshot()
+	other := newUninitialised(t, s.client(s.addr()), ns, redissimba.WithMaxLease(maxLease))
+	o := open(t, other, maxLease)
+	r, err := other.Acquire(ctxT(t), driver.AcquireRequest{ID: o, Names: []string{"x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Results[0].Token != 0 {
+		t.Fatalf("another session took x (token %d) at once after a restart from a snapshot older than A's grant (token %d): two holders", r.Results[0].Token, tx)
+	}
+	if r.Quarantine <= 0 || r.Quarantine > maxLease {
+		t.Fatalf("first Acquire after the restart: Quarantine = %v, want in (0, %v]", r.Quarantine, maxLease)
+	}
+	// A's session came back from the snapshot without x: its next renewal
+	// says so (another version, x not listed), so A's term ends there.
+	if got := renew(t, b, a, known); got.Version == known || len(got.Leases) != 0 {
+		t.Fatalf("A's renewal after the restart: %+v, want a new version and no lease (x was granted after the snapshot)", got)
+	}
+	awaitQuarantine(t, other, o, maxLease, "x")
+	if tok := acquire(t, other, o, "x")[0]; tok <= tx {
+		t.Fatalf("token after the quarantine = %d, want > %d", tok, tx)
+	}
+	// The quarantine recorded the new run_id: no second one.
+	if tok := acquire(t, b, open(t, b, maxLease), "y")[0]; tok == 0 {
+		t.Fatal("y not granted after the quarantine: a second quarantine for the same restart")
+	}
+}
+
+// WithoutRestartQuarantine does what its doc warns about: the same restart
+// from a snapshot goes unnoticed and x is granted at once. It is for
+// servers that cannot restart older (appendfsync always).
+func TestWithoutRestartQuarantineTrustsTheRestart(t *testing.T) {
+	s := startServer(t)
+	c := s.client(s.addr())
+	ns := namespace(t)
+	b := newBackend(t, c, ns, redissimba.WithoutRestartQuarantine())
+	a := open(t, b, 5*time.Second)
+	if err := c.Save(ctxT(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, b, a, "x")
+	s.restartFromSnapshot()
+	other := newUninitialised(t, s.client(s.addr()), ns, redissimba.WithoutRestartQuarantine())
+	if tok := acquire(t, other, open(t, other, 5*time.Second), "x")[0]; tok == 0 {
+		t.Fatal("x not granted at once with WithoutRestartQuarantine")
+	}
+	// A backend that checks still quarantines: the epoch names the old
+	// process.
+	checking := newUninitialised(t, s.client(s.addr()), ns, redissimba.WithMaxLease(300*time.Millisecond))
+	id := open(t, checking, time.Second)
+	awaitQuarantine(t, checking, id, 300*time.Millisecond, "y")
+}
+
+// A Cluster reshard that moves the namespace's slot to another master
+// (MIGRATE carries the epoch key with the old node's run_id) is a change of
+// incarnation: the new node quarantines the namespace. The same holds for
+// a failover to a replica (TestFailureFailoverToStaleReplica).
+func TestClusterSlotMoveQuarantines(t *testing.T) {
+	c := cluster(t)
+	const maxLease = time.Second
+	ns := namespace(t)
+	b := newBackend(t, c, ns, redissimba.WithMaxLease(maxLease))
+	a := open(t, b, maxLease)
+	tx := acquire(t, b, a, "x")[0]
+	m := startMigration(t, "simba:{"+ns+"}:epoch")
+	m.finish()
+	o := open(t, b, maxLease)
+	r, err := b.Acquire(ctxT(t), driver.AcquireRequest{ID: o, Names: []string{"y"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Results[0].Token != 0 || r.Quarantine <= 0 || r.Quarantine > maxLease {
+		t.Fatalf("first Acquire after the slot moved: %+v, want a quarantine in (0, %v]", r, maxLease)
+	}
+	// The lease moved whole: x is still A's.
+	if got := renew(t, b, a, 0); len(got.Leases) != 1 || got.Leases[0].Token != tx {
+		t.Fatalf("A after the move: %+v, want x under token %d", got, tx)
+	}
+	awaitQuarantine(t, b, o, maxLease, "y")
+	if tok := acquire(t, b, o, "y")[0]; tok == 0 {
+		t.Fatal("y not granted after the quarantine")
+	}
+}

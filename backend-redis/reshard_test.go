@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	redissimba "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/session/driver"
 )
 
@@ -156,10 +157,14 @@ func (m *migration) finish() {
 // from a live owner: two holders. With every key declared the script never
 // decides on a key the node does not have: Redis answers TRYAGAIN, or the
 // script asks for the owner's key first, and nothing is granted.
+//
+// It checks the declared keys alone: WithoutRestartQuarantine keeps the
+// quarantine a slot move starts (TestClusterSlotMoveQuarantines) from
+// refusing the contender for another reason.
 func TestClusterMigrationKeepsOwnerAlive(t *testing.T) {
 	c := cluster(t)
 	ns := namespace(t)
-	b := newBackend(t, c, ns)
+	b := newBackend(t, c, ns, redissimba.WithoutRestartQuarantine())
 	owner := open(t, b, 10*time.Second)
 	tok := acquire(t, b, owner, "x")[0]
 	contender := open(t, b, 10*time.Second)
@@ -221,6 +226,9 @@ func TestClusterContendDuringLiveMigration(t *testing.T) {
 	c := cluster(t)
 	ns := namespace(t)
 	names := []string{"a", "b", "c"}
+	// The declared keys alone: WithoutRestartQuarantine keeps the
+	// quarantine each move starts (TestClusterSlotMoveQuarantines) from
+	// refusing every grant after the first move.
 	newBackend(t, c, ns) // Init
 	ctx, cancel := context.WithCancel(context.Background())
 	var (
@@ -231,7 +239,7 @@ func TestClusterContendDuringLiveMigration(t *testing.T) {
 		seenErr = map[string]int{}
 	)
 	for w := range 6 {
-		be := newUninitialised(t, cluster(t), ns)
+		be := newUninitialised(t, cluster(t), ns, redissimba.WithoutRestartQuarantine())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -52,8 +52,9 @@ return {ttl, v, redis.call('HGETALL', KEYS[1])}
 // epoch, KEYS[3+i] the lease key of name i (i = 1..n), then the session
 // keys of owners the caller expects (hints); ARGV[1] session id, ARGV[2]
 // session key prefix, ARGV[3] the maximum lease in ms, ARGV[4] n,
-// ARGV[4+i] name i, ARGV[4+n+i] the KEYS index of name i's hinted owner
-// session key ("0": none).
+// ARGV[5] "1" to check the server incarnation (run_id), "0" not to
+// (WithoutRestartQuarantine), ARGV[5+i] name i, ARGV[5+n+i] the KEYS index
+// of name i's hinted owner session key ("0": none).
 //
 // Returns -1 if the session has expired; {-2, ms} during a quarantine
 // (nothing granted); else one string per name: a token (granted, or
@@ -61,10 +62,18 @@ return {ttl, v, redis.call('HGETALL', KEYS[1])}
 // (owned by <id>, whose session key was not declared: the caller asks
 // again with it as a hint).
 //
-// The epoch (ADR 0130, 0131) is read in the same script that grants: a
-// missing epoch means the namespace lost its records (or was never
-// initialised), so the script recreates it with quarantine_until = now +
-// max lease, on the Redis clock, and grants nothing until then.
+// The epoch (ADR 0130, 0131) is read in the same script that grants. It
+// holds "<quarantine_until µs> <run_id>": the end of the last quarantine
+// and the run_id of the server incarnation that wrote it. A missing or
+// garbled epoch means the namespace lost its records (or was never
+// initialised); a run_id other than the serving node's means the data came
+// back from an older state (a restart from an RDB snapshot or an AOF not
+// fsynced on every write, a failover to a replica, a slot moved to another
+// Cluster node), which may lack leases granted since. Both are one loss:
+// the script writes quarantine_until = now + max lease, on the Redis clock,
+// with the current run_id, and grants nothing until then. The run_id is
+// read from INFO server, the smallest section that carries it; only its
+// line is parsed.
 //
 // Every key the script touches is in KEYS (ADR 0131): during a Cluster
 // slot migration Redis checks declared keys before the script runs (ASK,
@@ -86,11 +95,23 @@ local v = redis.call('HGET', KEYS[1], '#v')
 if not v then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local q = tonumber(redis.call('GET', KEYS[3]))
-if not q then
+local rid = ''
+if ARGV[5] == '1' then
+  rid = string.match(redis.call('INFO', 'server'), '\nrun_id:(%x+)')
+  if not rid then return redis.error_reply('SIMBA_NO_RUN_ID INFO server shows no run_id') end
+end
+local e = redis.call('GET', KEYS[3])
+local q, erid
+if e then
+  local qs, rs = string.match(e, '^(%d+) ?(%x*)$')
+  q, erid = tonumber(qs), rs
+end
+if not q or (ARGV[5] == '1' and erid ~= rid) then
   local ms = tonumber(ARGV[3])
-  redis.call('SET', KEYS[3], string.format('%.0f', now + ms * 1000))
-  return {-2, ms}
+  local qn = now + ms * 1000
+  if q and q > qn then qn = q end -- never shorten a running quarantine
+  redis.call('SET', KEYS[3], string.format('%.0f', qn) .. ' ' .. rid)
+  return {-2, math.ceil((qn - now) / 1000)}
 end
 if q > now then return {-2, math.ceil((q - now) / 1000)} end
 local me, n = ARGV[1], tonumber(ARGV[4])
@@ -101,7 +122,7 @@ for i = 1, n do
   if owner == me then
     out[i] = cur[2]
   elseif owner then
-    local h = tonumber(ARGV[4 + n + i])
+    local h = tonumber(ARGV[5 + n + i])
     if h > 0 and KEYS[h] == ARGV[2] .. owner then
       if redis.call('EXISTS', KEYS[h]) == 1 then
         out[i] = '-' .. owner
@@ -122,7 +143,7 @@ for _, i in ipairs(take) do
   local tok = (tonumber(last[i]) or 0) + 1
   if tok < now then tok = now end
   out[i] = string.format('%.0f', tok)
-  fields[#fields + 1] = ARGV[4 + i]
+  fields[#fields + 1] = ARGV[5 + i]
   fields[#fields + 1] = out[i]
   if #fields >= 2000 then -- unpack has a limit: write big batches in chunks
     redis.call('HSET', KEYS[1], unpack(fields))
@@ -137,7 +158,7 @@ for _, i in ipairs(take) do
   redis.call('HSET', KEYS[3 + i], 's', me, 't', out[i])
   -- Every won term (re)indexes its name, so the index heals if it alone
   -- was evicted; inspection by prefix reads it (ADR 0080).
-  redis.call('ZADD', KEYS[2], 0, ARGV[4 + i])
+  redis.call('ZADD', KEYS[2], 0, ARGV[5 + i])
 end
 return out
 `)
@@ -236,9 +257,12 @@ end
 return out
 `)
 
-// init: KEYS[1] the namespace epoch. Creates it with no quarantine when
-// missing; returns 1 if it created it, 0 if it was there.
+// init: KEYS[1] the namespace epoch. Creates it with no quarantine and the
+// serving node's run_id (see acquire) when missing; returns 1 if it created
+// it, 0 if it was there.
 var initScript = redis.NewScript(`
-if redis.call('SET', KEYS[1], '0', 'NX') then return 1 end
+local rid = string.match(redis.call('INFO', 'server'), '\nrun_id:(%x+)')
+if not rid then return redis.error_reply('SIMBA_NO_RUN_ID INFO server shows no run_id') end
+if redis.call('SET', KEYS[1], '0 ' .. rid, 'NX') then return 1 end
 return 0
 `)

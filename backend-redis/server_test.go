@@ -74,7 +74,7 @@ func (s *server) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 func (s *server) start() {
 	s.t.Helper()
 	args := append(append([]string(nil), s.args...), "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--loglevel", "notice")
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--dbfilename", "dump.rdb", "--loglevel", "notice")
 	cmd := exec.Command("redis-server", args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -128,6 +128,18 @@ func (s *server) kill() {
 // restartEmpty kills the server and starts a new one on the same port,
 // like a restart without persistence.
 func (s *server) restartEmpty() {
+	s.t.Helper()
+	s.kill()
+	if err := os.Remove(filepath.Join(s.dir, "dump.rdb")); err != nil && !os.IsNotExist(err) {
+		s.t.Fatal(err)
+	}
+	s.start()
+}
+
+// restartFromSnapshot kills the server (kill -9: no final save) and starts
+// a new one on the same port from the dump.rdb of its last SAVE, as a crash
+// of a Redis persisting by RDB snapshots alone restarts.
+func (s *server) restartFromSnapshot() {
 	s.t.Helper()
 	s.kill()
 	s.start()
