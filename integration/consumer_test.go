@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestConsumerOutsideWorkspace is what a new user does: in a module of their
@@ -98,7 +99,12 @@ func TestConsumerOutsideWorkspace(t *testing.T) {
 
 	bin := filepath.Join(tmp, "simba-hello")
 	run(t, consumer, env, "go", "build", "-o", bin, ".")
-	out := output(t, consumer, nil, bin, "-redis", redisAddr, "-namespace", "consumer-test-"+filepath.Base(tmp), "-init")
+	// A namespace of its own per run (t.TempDir's base name is the same
+	// every run): -init creates its epoch with the server's run_id, while a
+	// reused one keeps an epoch written by another Redis process (a restart
+	// of the shared server) and waits out the quarantine (ADR 0131).
+	ns := fmt.Sprintf("consumer-test-%d", time.Now().UnixNano())
+	out := output(t, consumer, nil, bin, "-redis", redisAddr, "-namespace", ns, "-init")
 	if !bytes.Contains(out, []byte("elected leader of")) {
 		t.Fatalf("simba-hello did not report its election:\n%s", out)
 	}
