@@ -105,7 +105,17 @@ docker_image() {
 }
 
 docker_stop() {
+  # The engine is machine-wide: other checkouts' tests and long runs (make
+  # chaos) use it and their containers at the same time. A checkout's stop
+  # removes only the containers of processes that are gone (what start's
+  # sweep does too) and leaves the engine running; SIMBA_SERVICES_STOP_SHARED=1
+  # stops the engine and every Simba container (nothing else must be running).
   docker_running || return 0
+  if [ "${SIMBA_SERVICES_STOP_SHARED:-}" != 1 ]; then
+    docker_sweep
+    echo "services: the docker engine is shared by every checkout: left running (SIMBA_SERVICES_STOP_SHARED=1 stops it)"
+    return 0
+  fi
   docker_cli ps -aq --filter label=org.simba-go.simbatest=1 | xargs -r docker -H "unix://$DOCKER_SOCK" rm -f >/dev/null 2>&1 || true
   local pid
   pid=$(cat "$DOCKER_STATE/dockerd.pid" 2>/dev/null) || return 0
