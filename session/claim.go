@@ -72,6 +72,12 @@ func (c *claim) queue() {
 // setHeld changes the claim's held lease; every change moves the
 // session's heldGen, which a renewal compares to know whether its owned
 // set can still match the terms term for term.
+// holds reports whether c's current term is the lease token of backend
+// session inc. A nil claim holds nothing.
+func (c *claim) holds(inc *incarnation, token uint64) bool {
+	return c != nil && c.held != nil && c.held.inc == inc && c.held.token == token
+}
+
 func (c *claim) setHeld(h *held) {
 	if h != nil || c.held != nil {
 		c.s.heldGen++

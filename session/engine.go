@@ -495,7 +495,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r d
 			// what the backend really holds).
 			_ = s.violation("Acquire reply: %q granted (token %d) during a quarantine", res.Name, res.Token)
 			c := s.claims[res.Name]
-			mine := c != nil && c.held != nil && c.held.inc == inc && c.held.token == res.Token
+			mine := c.holds(inc, res.Token)
 			if !inc.over && !mine {
 				s.release(inc, driver.Lease{Name: res.Name, Token: res.Token}, nil)
 			}
@@ -517,7 +517,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r d
 			}
 			continue
 		}
-		if c != nil && c.held != nil && c.held.inc == inc && c.held.token == res.Token {
+		if c.holds(inc, res.Token) {
 			continue // a duplicate of the reply that made this term
 		}
 		stale := !current || inc.over || inc != s.inc || res.Token <= inc.released[res.Name] || res.Token <= s.tokens[res.Name] || !c.want
