@@ -196,37 +196,57 @@ func (e *env) quarantineSlack() time.Duration {
 }
 
 // quarantined acquires names on s in a namespace that lost its records
-// (or was never initialised) at or before since, and checks the backend's
-// quarantine: no grant, and a Quarantine in (0, MaxLease] that is no
-// shorter than MaxLease less the time since then, since the quarantine
-// starts when the loss is noticed, which is after since (a zero since skips
-// that bound). It returns the Quarantine.
-func (s *sess) quarantined(since time.Time, names ...string) time.Duration {
+// (or was never initialised) at or before lost, and checks the backend's
+// quarantine: no grant, and a Quarantine in (0, MaxLease]. With bound it
+// also checks that the Quarantine is no shorter than MaxLease less the
+// time since lost, since the quarantine starts when the loss is noticed,
+// which is after lost. It returns the Quarantine, and false when the
+// reply came one MaxLease or more after lost without a quarantine: the
+// quarantine may rightly be over by then (a machine that stalled), so
+// nothing was checked and the caller tries again.
+func (s *sess) quarantined(lost time.Time, bound bool, names ...string) (time.Duration, bool) {
 	s.e.t.Helper()
 	e := s.e
 	reply, err := s.b.Acquire(e.ctx(), driver.AcquireRequest{ID: s.id, Names: names})
-	elapsed := time.Since(since)
+	elapsed := time.Since(lost)
 	if err != nil {
 		e.fatalf("Acquire(%q) in a quarantine: %v; want a reply with Quarantine > 0 (Open and Acquire keep working; only grants stop)", names, err)
 	}
 	if len(reply.Results) != len(names) {
 		e.fatalf("Acquire(%q): %d results, want one per name (%d)", names, len(reply.Results), len(names))
 	}
+	q, ml := reply.Quarantine, e.cfg.MaxLease
+	granted := false
+	for _, r := range reply.Results {
+		granted = granted || r.Token != 0
+	}
+	if (granted || q <= 0) && elapsed >= ml-e.quarantineSlack() {
+		var back []driver.Lease
+		for _, r := range reply.Results {
+			if r.Token != 0 {
+				back = append(back, driver.Lease{Name: r.Name, Token: r.Token})
+			}
+		}
+		if len(back) > 0 {
+			s.release(back...)
+		}
+		e.t.Logf("Acquire(%q) answered %v after the loss, more than MaxLease %v: the quarantine may be over, nothing checked", names, elapsed, ml)
+		return 0, false
+	}
 	for _, r := range reply.Results {
 		if r.Token != 0 {
 			e.errorf("Acquire(%q) in a quarantine: token %d; a quarantined backend grants nothing", r.Name, r.Token)
 		}
 	}
-	q := reply.Quarantine
-	switch ml := e.cfg.MaxLease; {
+	switch {
 	case q <= 0:
 		e.fatalf("Acquire(%q): Quarantine = %v, want in (0, %v]: a backend that lost its records grants nothing for one maximum lease", names, q, ml)
 	case q > ml:
 		e.errorf("Acquire(%q): Quarantine = %v, more than Config.MaxLease %v: the quarantine is one maximum lease", names, q, ml)
-	case !since.IsZero() && q < ml-elapsed-e.quarantineSlack():
+	case bound && q < ml-elapsed-e.quarantineSlack():
 		e.errorf("Acquire(%q): Quarantine = %v, %v after the loss: want at least MaxLease %v less that: a shorter quarantine lets a term granted before the loss overlap a new one", names, q, elapsed, ml)
 	}
-	return min(q, e.cfg.MaxLease)
+	return min(q, ml), true
 }
 
 // pass lets d of the backend's time pass, renewing s often enough to keep
