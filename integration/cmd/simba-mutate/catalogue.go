@@ -292,7 +292,7 @@ var catalogue = []Mutation{
 		Old:     "s.expires_at > clock_timestamp()\n           AND EXISTS (SELECT 1 FROM {p}_epoch e JOIN {p}_sessions ms ON ms.id = '~epoch' JOIN {p}_leases ml ON ml.name = '~epoch' WHERE e.id = 1 AND e.quarantine_until <= clock_timestamp());\n    ELSE",
 		New:     "s.expires_at > clock_timestamp();\n    ELSE",
 		Catch:   "backend-sql pgsimba TestDataLoss/QuarantineAfter* (a grant right after the loss), kit TokensSurviveDataLoss",
-		Modules: []string{"backend-sql/pgsimba"}, Run: "TestDataLoss"},
+		Modules: []string{"backend-sql/pgsimba"}, Run: "TestDataLoss/(QuarantineAfter|EpochRowDeleted)"},
 	{Name: "sql-my-epoch-ignored", File: "backend-sql/mysqlsimba/schema.go",
 		Old:     " AND v_ok = 1 AND (quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6));\n        SET v_alive = ROW_COUNT();",
 		New:     ";\n        SET v_alive = ROW_COUNT();",
