@@ -278,12 +278,20 @@ func TestClusterContendDuringLiveMigration(t *testing.T) {
 				mine := len(holds) - 1
 				mu.Unlock()
 				if err != nil {
-					// Not released: the lease stays held until the session
-					// closes. Close it (retrying) and start a new one.
+					// Not released (refused mid-migration, so not run): the
+					// lease stays held until the session closes. Close it
+					// (retrying) and start a new one. The server frees the
+					// lease no earlier than the first Close is sent, so
+					// that ends the hold; the time Close returned would be
+					// too late: a grant that followed the Close on the
+					// server could then look like an overlap (seen once in
+					// a clean-clone CI run: the grant's reply came within
+					// the same millisecond as the Close's).
+					closing := time.Now()
 					for ctx.Err() == nil && be.Close(ctx, id) != nil {
 					}
 					mu.Lock()
-					holds[mine].till = time.Now()
+					holds[mine].till = closing
 					mu.Unlock()
 					id = ""
 				}
