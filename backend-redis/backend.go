@@ -463,7 +463,8 @@ func (b *Backend) Init(ctx context.Context) error {
 }
 
 // Release frees the leases the session owns under the given tokens in one
-// script call, and publishes the names it freed. A lease owned by another
+// script call, and publishes the names it freed that an Acquire was refused
+// since their last notice (ADR 0147). A lease owned by another
 // session or under another token is left alone.
 func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error {
 	if len(req.Leases) == 0 || !validID(req.ID) {
@@ -487,7 +488,8 @@ func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error 
 }
 
 // Close deletes the session and frees every lease it still owns,
-// publishing their names. Closing an expired or unknown session is not an
+// publishing the names waited for (see [Backend.Release]). Closing an
+// expired or unknown session is not an
 // error. A session that owns nothing closes in one script call; one that
 // owns leases takes a second, which declares their keys (ADR 0131).
 func (b *Backend) Close(ctx context.Context, id driver.ID) error {

@@ -418,6 +418,28 @@ func (ch notices) await(t *testing.T, what string, match func(driver.Notice) boo
 	}
 }
 
+// waitFor makes a session of b ask for names held by another session and
+// be refused, so that their next release or close publishes them (ADR
+// 0141: a release nobody waits for sends no notice).
+func waitFor(t *testing.T, b *redissimba.Backend, names ...string) {
+	t.Helper()
+	w := open(t, b, 5*time.Second)
+	for i, tok := range acquire(t, b, w, names...) {
+		if tok != 0 {
+			t.Fatalf("waiter acquired %q, held by another session (token %d)", names[i], tok)
+		}
+	}
+}
+
+// acquireWaited acquires name for id and has another session of b refused
+// it, for a release that publishes; it returns the token.
+func acquireWaited(t *testing.T, b *redissimba.Backend, id driver.ID, name string) uint64 {
+	t.Helper()
+	tok := acquire(t, b, id, name)[0]
+	waitFor(t, b, name)
+	return tok
+}
+
 func TestBroadcastRelease(t *testing.T) {
 	forModes(t, func(t *testing.T, c redis.UniversalClient) {
 		ns := namespace(t)
@@ -426,6 +448,7 @@ func TestBroadcastRelease(t *testing.T) {
 		got2 := subscribe(t, o) // a second subscriber shares the one subscription
 		id := open(t, a, 5*time.Second)
 		toks := acquire(t, a, id, "x", "y")
+		waitFor(t, o, "x", "y")
 		release(t, a, id, "x", toks[0])
 		got.await(t, "for x", func(n driver.Notice) bool { return n.Name == "x" })
 		got2.await(t, "for x on the second subscriber", func(n driver.Notice) bool { return n.Name == "x" })
@@ -436,13 +459,14 @@ func TestBroadcastRelease(t *testing.T) {
 		// Another namespace's releases do not reach us.
 		other := newBackend(t, c, namespace(t))
 		oid := open(t, other, 5*time.Second)
-		release(t, other, oid, "z", acquire(t, other, oid, "z")[0])
+		release(t, other, oid, "z", acquireWaited(t, other, oid, "z"))
 		release(t, a, open(t, a, 5*time.Second), "w", 0) // no-op: publishes nothing
 		id2 := open(t, a, 5*time.Second)
-		release(t, a, id2, "end", acquire(t, a, id2, "end")[0])
+		release(t, a, id2, "nowait", acquire(t, a, id2, "nowait")[0]) // nobody refused: no notice
+		release(t, a, id2, "end", acquireWaited(t, a, id2, "end"))
 		got.await(t, "for end", func(n driver.Notice) bool {
-			if n.Name == "z" || n.Name == "w" {
-				t.Errorf("got notice %q from another namespace or a no-op release", n.Name)
+			if n.Name == "z" || n.Name == "w" || n.Name == "nowait" {
+				t.Errorf("got notice %q from another namespace, a no-op release or a release nobody waited for", n.Name)
 			}
 			return n.Name == "end"
 		})
@@ -469,7 +493,7 @@ func TestSubscriptionReconnectAnnouncesPossibleLoss(t *testing.T) {
 		}
 		got.await(t, "with an empty name after the reconnect", func(n driver.Notice) bool { return n.Name == "" })
 		id := open(t, b, 5*time.Second)
-		release(t, b, id, "x", acquire(t, b, id, "x")[0])
+		release(t, b, id, "x", acquireWaited(t, b, id, "x"))
 		got.await(t, "for x after the reconnect", func(n driver.Notice) bool { return n.Name == "x" })
 	})
 }
@@ -484,9 +508,9 @@ func TestSubscribeStopThenResubscribe(t *testing.T) {
 	stop()
 	stop() // idempotent
 	id := open(t, b, 5*time.Second)
-	release(t, b, id, "x", acquire(t, b, id, "x")[0])
+	release(t, b, id, "x", acquireWaited(t, b, id, "x"))
 	got := subscribe(t, b) // a fresh subscription after the last one stopped
-	release(t, b, id, "y", acquire(t, b, id, "y")[0])
+	release(t, b, id, "y", acquireWaited(t, b, id, "y"))
 	got.await(t, "for y", func(n driver.Notice) bool { return n.Name == "y" })
 	if n := calls.Load(); n != 0 {
 		t.Errorf("stopped subscriber called %d times", n)
@@ -515,7 +539,7 @@ func TestSubscribeStopFromCallbackAndWhileRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release(t, b, id, "self", acquire(t, b, id, "self")[0])
+	release(t, b, id, "self", acquireWaited(t, b, id, "self"))
 	select {
 	case <-stopped:
 	case <-time.After(5 * time.Second):
@@ -534,7 +558,7 @@ func TestSubscribeStopFromCallbackAndWhileRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release(t, b, id, "slow", acquire(t, b, id, "slow")[0])
+	release(t, b, id, "slow", acquireWaited(t, b, id, "slow"))
 	select {
 	case <-entered:
 	case <-time.After(5 * time.Second):
@@ -588,5 +612,74 @@ func TestStaleOwnerHintNeverTakesOver(t *testing.T) {
 		if r := renew(t, other, cs, 0); len(r.Leases) != 1 || r.Leases[0] != (driver.Lease{Name: "x", Token: tc}) {
 			t.Fatalf("C owns %+v, want [x %d]", r.Leases, tc)
 		}
+	})
+}
+
+// A refused Acquire is told of the name's next release even when the
+// lease changed hands without a release in between (ADR 0147): W is
+// refused x while A holds it; A's session ends without a release (its key
+// gone, as when it expires); C takes x over; C's release must publish x,
+// since W still waits. A grant that cleared the waited-for mark would
+// leave W to its poll.
+func TestNoticeAfterTakeoverReachesEarlierWaiter(t *testing.T) {
+	forModes(t, func(t *testing.T, c redis.UniversalClient) {
+		ns := namespace(t)
+		wb, other := newBackend(t, c, ns), newBackend(t, c, ns)
+		got := subscribe(t, wb)
+		a := open(t, other, 10*time.Second)
+		acquire(t, other, a, "x")
+		w := open(t, wb, 10*time.Second)
+		if tok := acquire(t, wb, w, "x")[0]; tok != 0 {
+			t.Fatalf("W took x from live A (token %d)", tok)
+		}
+		if err := c.Del(ctxT(t), "simba:{"+ns+"}:s:"+string(a)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		cs := open(t, other, 10*time.Second)
+		tc := acquire(t, other, cs, "x")[0]
+		if tc == 0 {
+			t.Fatal("C did not take x over from A's ended session")
+		}
+		release(t, other, cs, "x", tc)
+		got.await(t, "for x after C's release (W was refused x before C took it)", func(n driver.Notice) bool { return n.Name == "x" })
+	})
+}
+
+// A notice clears the waited-for mark, and the next refusal sets it again:
+// W is refused, A releases (notice), A takes x again, W is refused again,
+// A closes (notice again); a release after that, with nobody refused since,
+// publishes nothing.
+func TestNoticeMarkIsSetAgainByTheNextRefusal(t *testing.T) {
+	forModes(t, func(t *testing.T, c redis.UniversalClient) {
+		ns := namespace(t)
+		wb, ab := newBackend(t, c, ns), newBackend(t, c, ns)
+		got := subscribe(t, wb)
+		a := open(t, ab, 10*time.Second)
+		w := open(t, wb, 10*time.Second)
+		refused := func() {
+			t.Helper()
+			if tok := acquire(t, wb, w, "x")[0]; tok != 0 {
+				t.Fatalf("W took x from live A (token %d)", tok)
+			}
+		}
+		tok := acquire(t, ab, a, "x")[0]
+		refused()
+		release(t, ab, a, "x", tok)
+		got.await(t, "for x after the first release", func(n driver.Notice) bool { return n.Name == "x" })
+		acquire(t, ab, a, "x")
+		refused()
+		if err := ab.Close(ctxT(t), a); err != nil {
+			t.Fatal(err)
+		}
+		got.await(t, "for x after the close that followed the second refusal", func(n driver.Notice) bool { return n.Name == "x" })
+		b := open(t, ab, 10*time.Second)
+		release(t, ab, b, "x", acquire(t, ab, b, "x")[0]) // nobody refused since: no notice
+		release(t, ab, b, "end", acquireWaited(t, ab, b, "end"))
+		got.await(t, "for end", func(n driver.Notice) bool {
+			if n.Name == "x" {
+				t.Error("a release of x nobody was refused since the last notice published it")
+			}
+			return n.Name == "end"
+		})
 	})
 }

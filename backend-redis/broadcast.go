@@ -32,7 +32,10 @@ type subscription struct {
 }
 
 // Subscribe delivers release notices of the namespace to fn until stop is
-// called. All subscribers of one Backend share one Redis subscription.
+// called. All subscribers of one Backend share one Redis subscription. A
+// release or close publishes a name only when an Acquire (of any process)
+// was refused it since its last notice (ADR 0147): watchers of a name
+// nobody competes for learn of its release by polling.
 // Every time the subscription is established again after a lost
 // connection, fn receives a Notice with an empty Name, since notices may
 // have been missed meanwhile.

@@ -25,8 +25,11 @@
 //	                     one lease after the last renewal.
 //	simba:{ns}:l:<name>  hash: the lease. Field "s" is the owner session id
 //	                     (absent when free), "t" the last token handed out
-//	                     for the name. Never expires, so tokens keep rising.
-//	simba:{ns}:rel       pub/sub channel: space-separated released names.
+//	                     for the name, "w" set when an Acquire was refused
+//	                     the name since its last notice. Never expires, so
+//	                     tokens keep rising.
+//	simba:{ns}:rel       pub/sub channel: space-separated released names
+//	                     that were waited for ("w").
 //	simba:{ns}:epoch     string: "<q> <run_id>": q is 0 or the end of a
 //	                     quarantine in µs of Redis TIME, run_id the Redis
 //	                     process that wrote it. Created by [Backend.Init],

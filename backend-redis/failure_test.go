@@ -146,7 +146,7 @@ func TestFailureConnectionCutAndRestored(t *testing.T) {
 	b := newBackend(t, s.client(p.addr()), namespace(t))
 	lease := 3 * time.Second
 	id := open(t, b, lease)
-	tok := acquire(t, b, id, "x")[0]
+	tok := acquireWaited(t, b, id, "x")
 	got := subscribe(t, b)
 
 	p.setCut(true)
@@ -187,7 +187,7 @@ func TestFailureSubscribeWhileRedisPaused(t *testing.T) {
 	s.resume()
 	got.await(t, "with an empty name once subscribed", func(n driver.Notice) bool { return n.Name == "" })
 	id := open(t, b, 5*time.Second)
-	release(t, b, id, "x", acquire(t, b, id, "x")[0])
+	release(t, b, id, "x", acquireWaited(t, b, id, "x"))
 	got.await(t, "for x", func(n driver.Notice) bool { return n.Name == "x" })
 }
 

@@ -86,6 +86,14 @@ return {ttl, v, redis.call('HGETALL', KEYS[1])}
 // only a listed name the lease key does not show (the engine releases it),
 // never a lease the session's record does not list.
 //
+// A name refused because another session owns it (answered "-" or "?")
+// is marked as waited for: the field w of its lease key, set in this same
+// script, so no release can come between the refusal and the mark. Only a
+// release or close that publishes the name clears it, in the script that
+// publishes (ADR 0147): every refused Acquire is followed by a notice at
+// the name's next release or close, and a release nobody waits for sends
+// none. A grant leaves the mark alone (another waiter may still wait).
+//
 // A lease is taken when it has no owner or its owner's session key is gone
 // (expired on the Redis clock, closed, or lost with the data). The token is
 // max(last + 1, now in µs by Redis TIME): it rises per name, and a name
@@ -115,9 +123,9 @@ if not q or (ARGV[5] == '1' and erid ~= rid) then
 end
 if q > now then return {-2, math.ceil((q - now) / 1000)} end
 local me, n = ARGV[1], tonumber(ARGV[4])
-local out, take, last = {}, {}, {}
+local out, take, last, mark = {}, {}, {}, {}
 for i = 1, n do
-  local cur = redis.call('HMGET', KEYS[3 + i], 's', 't')
+  local cur = redis.call('HMGET', KEYS[3 + i], 's', 't', 'w')
   local owner = cur[1]
   if owner == me then
     out[i] = cur[2]
@@ -132,11 +140,13 @@ for i = 1, n do
     else
       out[i] = '?' .. owner
     end
+    if out[i] and not cur[3] then mark[#mark + 1] = i end -- refused: waited for
   else
     take[#take + 1] = i
   end
   last[i] = cur[2]
 end
+for _, i in ipairs(mark) do redis.call('HSET', KEYS[3 + i], 'w', '1') end
 if #take == 0 then return out end
 local fields = {}
 for _, i in ipairs(take) do
@@ -166,32 +176,35 @@ return out
 // release: KEYS[1] session, KEYS[2..n] lease keys; ARGV[1] session id,
 // ARGV[2] channel, then name and token of each lease key in order.
 // Deletes the owner of each lease owned by the session under that token,
-// publishes the released names, returns how many were released. A name
+// publishes the released names marked as waited for (see acquire) and
+// clears their marks, returns how many were released. A name
 // the session lists under that token while the lease key shows another
 // owner (a write stopped half way) is dropped from the session's list.
 // Every key is read before the first write.
 var releaseScript = redis.NewScript(`
-local match = {}
+local match, waited = {}, {}
 for i = 2, #KEYS do
-  local cur = redis.call('HMGET', KEYS[i], 's', 't')
+  local cur = redis.call('HMGET', KEYS[i], 's', 't', 'w')
   match[i] = cur[1] == ARGV[1] and cur[2] == ARGV[2 * i]
+  waited[i] = cur[3]
 end
-local rel = {}
+local n, pub = 0, {}
 local live = 0
 for i = 2, #KEYS do
   local name = ARGV[2 * i - 1]
   if match[i] then
-    redis.call('HDEL', KEYS[i], 's')
+    redis.call('HDEL', KEYS[i], 's', 'w')
     -- 1 when the session still exists and listed the lease.
     live = redis.call('HDEL', KEYS[1], name) + live
-    rel[#rel + 1] = name
+    n = n + 1
+    if waited[i] then pub[#pub + 1] = name end
   elseif redis.call('HGET', KEYS[1], name) == ARGV[2 * i] then
     live = redis.call('HDEL', KEYS[1], name) + live
   end
 end
 if live > 0 then redis.call('HINCRBY', KEYS[1], '#v', 1) end
-if #rel > 0 then redis.call('PUBLISH', ARGV[2], table.concat(rel, ' ')) end
-return #rel
+if #pub > 0 then redis.call('PUBLISH', ARGV[2], table.concat(pub, ' ')) end
+return n
 `)
 
 // close: KEYS[1] session, KEYS[2..n] the lease keys the caller expects
@@ -199,8 +212,9 @@ return #rel
 // the names of KEYS[2..n]. If the session owns a name the caller did not
 // declare, returns {-2, name...} (every owned name) and writes nothing: the
 // caller asks again with those keys. Else deletes the session, frees every
-// lease it still owns, publishes their names, returns how many. Every key
-// is read before the first write (ADR 0131).
+// lease it still owns, publishes the names of those marked as waited for
+// (see acquire) and clears their marks, returns how many it freed. Every
+// key is read before the first write (ADR 0131).
 var closeScript = redis.NewScript(`
 local all = redis.call('HGETALL', KEYS[1])
 if #all == 0 then return 0 end
@@ -218,14 +232,17 @@ if missing then
   table.insert(owned, 1, -2)
   return owned
 end
-local free = {}
+local free, pub = {}, {}
 for _, f in ipairs(owned) do
-  local k = KEYS[declared[f]]
-  if redis.call('HGET', k, 's') == ARGV[1] then free[#free + 1] = f end
+  local cur = redis.call('HMGET', KEYS[declared[f]], 's', 'w')
+  if cur[1] == ARGV[1] then
+    free[#free + 1] = f
+    if cur[2] then pub[#pub + 1] = f end
+  end
 end
-for _, f in ipairs(free) do redis.call('HDEL', KEYS[declared[f]], 's') end
+for _, f in ipairs(free) do redis.call('HDEL', KEYS[declared[f]], 's', 'w') end
 redis.call('DEL', KEYS[1])
-if #free > 0 then redis.call('PUBLISH', ARGV[2], table.concat(free, ' ')) end
+if #pub > 0 then redis.call('PUBLISH', ARGV[2], table.concat(pub, ' ')) end
 return #free
 `)
 
