@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql" // the MariaDB driver
@@ -52,12 +53,17 @@ func postgresSetup(ctx context.Context, ns string) (*backend, error) {
 		_, err := pool.Exec(ctx, del, "raw")
 		return err
 	}
+	rawH, err := pgRawHandover(ctx, pool, ns, &cl)
+	if err != nil {
+		cl.run()
+		return nil, err
+	}
 	return &backend{
 		title:     "PostgreSQL",
 		raw:       "single-row upsert + delete, autocommit",
 		pairs:     append([]pairCase{{"raw", raw}}, simba...),
-		handovers: []handoverCase{simbaH},
-		notes:     []string{"pgx v5 pool shared by every case. cirello.io/pglock, the peer of the issue, is not served by the module proxy this machine reaches (403), so it is not measured here; issue 11 measured it at 1.30× the raw pair."},
+		handovers: []handoverCase{simbaH, rawH},
+		notes:     []string{"pgx v5 pool shared by every case. The raw handover is the floor of Simba's design without the engine, the routines or the session checks: A's UPDATE and pg_notify in one transaction committed without waiting for the WAL flush, B's conditional UPDATE, committed with its flush, sent when its LISTEN connection (its own, not the pool's) delivers the notification. cirello.io/pglock, the peer of the issue, is not served by the module proxy this machine reaches (403), so it is not measured here; issue 11 measured it at 1.30× the raw pair."},
 		close:     cl.run,
 	}, nil
 }
@@ -119,4 +125,84 @@ func mariadbSetup(ctx context.Context, ns string) (*backend, error) {
 		notes:     []string{"go-sql-driver/mysql, one database/sql pool shared by every case; no Go peer library locks on MariaDB with leases. The handover sessions use a 2 s lease: B polls on its candidate tick (no release notice on MariaDB)."},
 		close:     cl.run,
 	}, nil
+}
+
+// pgRawHandover is the floor of Simba's handover design on PostgreSQL,
+// with bare statements: the holder frees a row and notifies in one
+// transaction that does not wait for its WAL flush (ADR 0034); the waiter,
+// refused once, sends its conditional UPDATE (which waits for its flush) when
+// its LISTEN connection delivers the notification. What Simba adds over
+// it is the engine, the routines' session, epoch and quarantine checks.
+func pgRawHandover(ctx context.Context, pool *pgxpool.Pool, ns string, cl *closers) (handoverCase, error) {
+	tbl, channel := ns+"_rawh", ns+"_rawh"
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+tbl+" (name text PRIMARY KEY, holder text NOT NULL, held boolean NOT NULL, token bigint NOT NULL)"); err != nil {
+		return handoverCase{}, err
+	}
+	cl.add(func() { _, _ = pool.Exec(context.Background(), "DROP TABLE "+tbl) })
+	if _, err := pool.Exec(ctx, "INSERT INTO "+tbl+" VALUES ('h', '', false, 0)"); err != nil {
+		return handoverCase{}, err
+	}
+	lc, err := pool.Acquire(ctx)
+	if err != nil {
+		return handoverCase{}, err
+	}
+	listener := lc.Hijack()
+	cl.add(func() { _ = listener.Close(context.Background()) })
+	if _, err := listener.Exec(ctx, "LISTEN "+channel); err != nil {
+		return handoverCase{}, err
+	}
+	// One notification at a time is all a handover needs; the listener
+	// goroutine runs until the connection closes.
+	notified := make(chan struct{}, 1)
+	go func() {
+		for {
+			if _, err := listener.WaitForNotification(context.Background()); err != nil {
+				return
+			}
+			select {
+			case notified <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	take := func(ctx context.Context, who string) (bool, error) {
+		tag, err := pool.Exec(ctx, "UPDATE "+tbl+" SET held = true, holder = $1, token = token + 1 WHERE name = 'h' AND NOT held", who)
+		return tag.RowsAffected() == 1, err
+	}
+	// No arguments: the simple protocol, the three statements one
+	// implicit transaction and one round trip.
+	free := func(who string) func() error {
+		q := "SET LOCAL synchronous_commit = off; UPDATE " + tbl + " SET held = false WHERE name = 'h' AND holder = '" + who + "' AND held; SELECT pg_notify('" + channel + "', 'h')"
+		return func() error {
+			_, err := pool.Exec(context.Background(), q)
+			return err
+		}
+	}
+	releaseA, releaseB := free("A"), free("B")
+	run := func(ctx context.Context, lead time.Duration) (time.Duration, error) {
+		if ok, err := take(ctx, "A"); err != nil || !ok {
+			return 0, fmt.Errorf("raw handover: A's take: %v (granted %v)", err, ok)
+		}
+		select { // A's own take notified nobody; an old notification goes
+		case <-notified:
+		default:
+		}
+		return handover(ctx, lead, releaseA, func(ctx context.Context) (func() error, error) {
+			for {
+				ok, err := take(ctx, "B")
+				if err != nil {
+					return nil, err
+				}
+				if ok {
+					return releaseB, nil
+				}
+				select {
+				case <-notified:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+		})
+	}
+	return handoverCase{name: "raw floor (UPDATE + NOTIFY, async commit → LISTEN → UPDATE)", run: run}, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"time"
@@ -91,12 +92,60 @@ func zkSetup(ctx context.Context, ns string) (*backend, error) {
 			return lb.Unlock, nil
 		})
 	}
+	// The floor of Simba's design, bare: B's create is refused, B arms an
+	// exists watch, and when it fires B sends the multi Simba's acquire
+	// sends (check the root, create the ephemeral node, set its data for
+	// its stat), on its own connection.
+	rawHPath := root + "/rawh"
+	data := []byte(`{"session":"0x0000000000000000","owner":{"identity":"benchpeers"},"timeout_ms":15000}`)
+	createB := func() error {
+		res, err := connB.Multi(&zk.CheckVersionRequest{Path: root, Version: -1},
+			&zk.CreateRequest{Path: rawHPath, Data: data, Acl: acl, Flags: zk.FlagEphemeral},
+			&zk.SetDataRequest{Path: rawHPath, Data: data, Version: 0})
+		if err == nil {
+			for _, r := range res {
+				if r.Error != nil {
+					return r.Error
+				}
+			}
+		}
+		return err
+	}
+	rawHandover := func(ctx context.Context, lead time.Duration) (time.Duration, error) {
+		if _, err := conn.Create(rawHPath, data, zk.FlagEphemeral, acl); err != nil {
+			return 0, err
+		}
+		return handover(ctx, lead, func() error { return conn.Delete(rawHPath, -1) }, func(ctx context.Context) (func() error, error) {
+			for {
+				err := createB()
+				if err == nil {
+					return func() error { return connB.Delete(rawHPath, -1) }, nil
+				}
+				if !errors.Is(err, zk.ErrNodeExists) {
+					return nil, err
+				}
+				ok, _, ev, err := connB.ExistsW(rawHPath)
+				if err != nil {
+					return nil, err
+				}
+				if !ok {
+					continue
+				}
+				select {
+				case <-ev:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+		})
+	}
 	return &backend{
-		title:     "ZooKeeper",
-		raw:       "create ephemeral node + delete",
-		pairs:     append(append([]pairCase{{"raw", raw}}, simba...), pairCase{"go-zookeeper zk.Lock Lock + Unlock", zkLockPair}),
-		handovers: []handoverCase{simbaH, {name: "go-zookeeper zk.Lock (B on its own connection)", run: zkLockHandover}},
-		notes:     []string{"The raw pair and zk.Lock share one go-zookeeper connection; Simba's backend opens its own per session."},
-		close:     cl.run,
+		title: "ZooKeeper",
+		raw:   "create ephemeral node + delete",
+		pairs: append(append([]pairCase{{"raw", raw}}, simba...), pairCase{"go-zookeeper zk.Lock Lock + Unlock", zkLockPair}),
+		handovers: []handoverCase{simbaH, {name: "go-zookeeper zk.Lock (B on its own connection)", run: zkLockHandover},
+			{name: "raw floor (delete → exists watch → multi check + create + setData)", run: rawHandover}},
+		notes: []string{"The raw pair and zk.Lock share one go-zookeeper connection; Simba's backend opens its own per session. The raw handover is the floor of Simba's design on bare go-zookeeper calls: A's delete, B's exists watch firing, B's multi (the write Simba's acquire makes, which the server logs to disk before answering); zk.Lock's waiter already holds its sequential node and only reads the children (no write) when its watch fires."},
+		close: cl.run,
 	}, nil
 }
