@@ -19,22 +19,43 @@ func SchemaAt(prefix string, v int) ([]string, error) {
 	return expandAll(src, prefix)
 }
 
-// AcquireWithoutQuarantine is acquire_v2 with its checks of the
-// quarantine and of the epoch row and markers taken out, preceded by the
-// DROP that makes room for it: the planted bug that the data-loss tests
-// must catch.
+// AcquireWithoutQuarantine is acquire_v3 and acquire_v2 (the routines
+// this code calls on MariaDB and on MySQL) with their checks of the
+// quarantine and of the epoch row and markers taken out, each preceded by
+// the DROP that makes room for it: the planted bug that the data-loss
+// tests must catch.
 func AcquireWithoutQuarantine(prefix string) ([]string, error) {
-	const check = " AND v_ok = 1 AND (quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6))"
-	for _, s := range migrations[2] {
-		if !strings.Contains(s, "CREATE PROCEDURE IF NOT EXISTS {p}_acquire_v2(") {
-			continue
+	var out []string
+	for _, v := range []struct {
+		name string
+		m    []string
+	}{{"v3", migrations[3]}, {"v2", migrations[2]}} {
+		found := false
+		for _, s := range v.m {
+			if !strings.Contains(s, "CREATE PROCEDURE IF NOT EXISTS {p}_acquire_"+v.name+"(") {
+				continue
+			}
+			n := strings.Count(s, "quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6)")
+			s = strings.ReplaceAll(s, " AND v_ok = 1", "")
+			s = strings.ReplaceAll(s, " AND (quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6))", "")
+			if n != 2 || strings.Contains(s, "quarantine_until IS NULL") {
+				return nil, fmt.Errorf("acquire_%s's quarantine checks not found", v.name)
+			}
+			out, found = append(out, "DROP PROCEDURE {p}_acquire_"+v.name, s), true
 		}
-		if strings.Count(s, check) != 1 {
-			return nil, fmt.Errorf("acquire_v2's quarantine check not found")
+		if !found {
+			return nil, fmt.Errorf("acquire_%s not found", v.name)
 		}
-		s = strings.ReplaceAll(s, check, "")
-		s = strings.ReplaceAll(s, " AND (quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6))", "")
-		return expandAll([]string{"DROP PROCEDURE {p}_acquire_v2", s}, prefix)
 	}
-	return nil, fmt.Errorf("acquire_v2 not found")
+	return expandAll(out, prefix)
 }
+
+// SchemaVersion is the schema version this code needs.
+const SchemaVersion = schemaVersion
+
+// CallVersion3Routines makes b call acquire_v2 and release_v2, as on
+// MySQL, after its first call has run.
+func CallVersion3Routines(b *Backend) { b.mariadb = false }
+
+// Namespace is b's namespace.
+func (b *Backend) Namespace() string { return b.prefix }

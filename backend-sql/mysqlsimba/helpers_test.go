@@ -72,7 +72,7 @@ func newBackend(t testing.TB, db *sql.DB, prefix string) *mysqlsimba.Backend {
 func dropSchema(t testing.TB, db *sql.DB, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, s := range []string{"open_v1", "open_v2", "open_v3", "renew_v1", "renew_v2", "acquire_v1", "acquire_v2", "lost_v1", "release_v1", "release_v2", "close_v1", "close_v2"} {
+	for _, s := range []string{"open_v1", "open_v2", "open_v3", "renew_v1", "renew_v2", "acquire_v1", "acquire_v2", "acquire_v3", "lost_v1", "release_v1", "release_v2", "release_v3", "close_v1", "close_v2"} {
 		if _, err := db.ExecContext(ctx, "DROP PROCEDURE IF EXISTS "+prefix+"_"+s); err != nil {
 			t.Errorf("drop %s_%s: %v", prefix, s, err)
 		}

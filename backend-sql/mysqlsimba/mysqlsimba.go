@@ -18,6 +18,11 @@ import (
 	"github.com/simba-go/simba/session/driver"
 )
 
+// schemaVersion is the version of the tables and routines this code calls
+// (docs/adr/0081-sql-schema-versions.md; the versions are listed in
+// internal/core/schema.go). Version 4 is MySQL/MariaDB's alone.
+const schemaVersion = 4
+
 // Option configures [New].
 type Option func(*config)
 
@@ -64,10 +69,29 @@ type Backend struct {
 	createSchema bool
 	q            queries
 
-	mu    sync.Mutex // guards stmts while they are prepared or closed
+	mu    sync.Mutex // guards stmts and bound while they are prepared or closed
 	stmts statements // prepared by the first call (core.Backend.Ready)
 	shut  bool       // Shutdown has closed stmts; guarded by mu
+	// mariadb is set by the first call (before every other): the server
+	// runs SET STATEMENT, so acquire and release call the version 4
+	// routines under it (ADR 0144). MySQL keeps the version 3 ones.
+	mariadb bool
+	// bound holds the acquire and release statements of each lock-wait
+	// bound in seconds (SET STATEMENT takes a literal only), prepared
+	// when first needed; guarded by mu.
+	bound map[int64]*boundStmts
 }
+
+// boundStmts are acquire_v3 and release_v3 under one SET STATEMENT bound.
+type boundStmts struct{ acquire, release *sql.Stmt }
+
+// maxBoundS is the longest lock-wait bound, in seconds, that calls the
+// version 4 routines: few distinct bounds are prepared (the engine's
+// calls use the renewal period less a little: 4 s by default). A longer
+// one (a WithMaxLease over a minute and a call without a deadline, or a
+// renewal period over a minute) calls the version 3 routine, which sets
+// the same bound itself.
+const maxBoundS = 60
 
 var (
 	_ driver.Backend   = (*Backend)(nil)
@@ -122,6 +146,10 @@ func (b *Backend) ready(ctx context.Context) error {
 			return err
 		}
 	}
+	var version string
+	if err := b.db.QueryRowContext(ctx, "SELECT @@version").Scan(&version); err != nil {
+		return fmt.Errorf("read server version: %w", err)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.shut {
@@ -130,13 +158,66 @@ func (b *Backend) ready(ctx context.Context) error {
 	if err := b.stmts.prepare(ctx, b.db, b.q); err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}
+	b.mariadb = strings.Contains(version, "MariaDB")
 	return nil
+}
+
+// boundFor returns the version 4 acquire and release statements for a
+// lock-wait bound of waitMS (ADR 0135's rounding: whole seconds, down,
+// at least 1), or nil when the version 3 routines are to be called: on
+// MySQL, or for a bound over maxBoundS.
+func (b *Backend) boundFor(ctx context.Context, waitMS int64) (*boundStmts, error) {
+	if !b.mariadb {
+		return nil, nil
+	}
+	n := max(1, waitMS/1000)
+	if n > maxBoundS {
+		return nil, nil
+	}
+	b.mu.Lock()
+	bs, shut := b.bound[n], b.shut
+	b.mu.Unlock()
+	if bs != nil || shut {
+		return bs, nil // after Shutdown, the closed version 3 statements answer
+	}
+	nb := &boundStmts{}
+	for _, p := range []struct {
+		dst  **sql.Stmt
+		text string
+	}{{&nb.acquire, b.q.acquireBound}, {&nb.release, b.q.releaseBound}} {
+		var err error
+		if *p.dst, err = b.db.PrepareContext(ctx, fmt.Sprintf(p.text, n)); err != nil {
+			nb.close()
+			return nil, err
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if bs := b.bound[n]; bs != nil || b.shut {
+		nb.close() // another call prepared them first, or Shutdown came
+		return bs, nil
+	}
+	if b.bound == nil {
+		b.bound = map[int64]*boundStmts{}
+	}
+	b.bound[n] = nb
+	return nb, nil
+}
+
+func (bs *boundStmts) close() {
+	for _, st := range []*sql.Stmt{bs.acquire, bs.release} {
+		if st != nil {
+			st.Close()
+		}
+	}
 }
 
 // queries are the texts of every call, the prefix expanded.
 type queries struct {
 	open, renew, acquire, release, closeID string
 	inspect, version                       string
+	// acquireBound and releaseBound take the bound in seconds (%d).
+	acquireBound, releaseBound string
 }
 
 // inspectSQL lists live holders; the condition on l.name is appended.
@@ -157,6 +238,8 @@ func newQueries(prefix string) (queries, error) {
 		{&q.acquire, "CALL {p}_acquire_v2(?, ?, ?, ?)"},
 		{&q.release, "CALL {p}_release_v2(?, ?, ?, ?)"},
 		{&q.closeID, "CALL {p}_close_v2(?, ?)"},
+		{&q.acquireBound, "SET STATEMENT innodb_lock_wait_timeout = %d FOR CALL {p}_acquire_v3(?, ?, ?)"},
+		{&q.releaseBound, "SET STATEMENT innodb_lock_wait_timeout = %d FOR CALL {p}_release_v3(?, ?, ?)"},
 		{&q.inspect, inspectSQL},
 		{&q.version, "SELECT version, compatible_from FROM {p}_schema WHERE id = 1"},
 	} {
@@ -195,8 +278,8 @@ func Schema(prefix string) ([]string, error) { return Migration(prefix, 0) }
 // upgrades may have just been restored from an old backup, and the
 // quarantine is what keeps two holders apart then (ADR 0130).
 func Migration(prefix string, from int) ([]string, error) {
-	if from < 0 || from > core.SchemaVersion {
-		return nil, fmt.Errorf("mysqlsimba: no migration from schema version %d (this code has version %d)", from, core.SchemaVersion)
+	if from < 0 || from > schemaVersion {
+		return nil, fmt.Errorf("mysqlsimba: no migration from schema version %d (this code has version %d)", from, schemaVersion)
 	}
 	var src []string
 	create := from == 0
@@ -204,7 +287,7 @@ func Migration(prefix string, from int) ([]string, error) {
 		src = append(src, schema...)
 		from = 1
 	}
-	for v := from; v < core.SchemaVersion; v++ {
+	for v := from; v < schemaVersion; v++ {
 		src = append(src, migrations[v]...)
 	}
 	if create {
@@ -232,7 +315,7 @@ func (b *Backend) checkSchema(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("mysqlsimba: read schema version of %q: %w", b.prefix, err)
 	}
-	return core.CheckSchema("mysqlsimba", b.prefix, in, "mysqlsimba.Migration")
+	return core.CheckSchema("mysqlsimba", b.prefix, in, "mysqlsimba.Migration", schemaVersion)
 }
 
 type querier interface {
@@ -299,7 +382,7 @@ func (b *Backend) migrate(ctx context.Context) (err error) {
 		}
 	}()
 	in, err := b.installed(ctx, conn)
-	if err != nil || in.Version >= core.SchemaVersion {
+	if err != nil || in.Version >= schemaVersion {
 		return err
 	}
 	stmts, err := Migration(b.prefix, in.Version)
@@ -332,6 +415,10 @@ func (b *Backend) Shutdown(ctx context.Context) error {
 	defer b.mu.Unlock()
 	b.shut = true
 	b.stmts.closeAll()
+	for _, bs := range b.bound {
+		bs.close()
+	}
+	b.bound = nil
 	return nil
 }
 
@@ -491,12 +578,21 @@ func (s store) Renew(ctx context.Context, id string, known uint64, waitMS int64)
 	return r, header, nil
 }
 
-// Acquire reads acquire_v2's one value: the tokens, comma-separated in
-// the order of names, or "q" and the microseconds left while the
-// namespace is quarantined; no row when the session has expired.
+// Acquire reads acquire_v3's (on MySQL acquire_v2's) one value: the
+// tokens, comma-separated in the order of names, or "q" and the
+// microseconds left while the namespace is quarantined; no row when the
+// session has expired.
 func (s store) Acquire(ctx context.Context, id string, names []string, quarantineUS, waitMS int64) (core.AcquireResult, bool, error) {
 	var out string
-	err := s.b.stmts.acquire.QueryRowContext(ctx, id, strings.Join(names, ","), quarantineUS, waitMS).Scan(&out)
+	bs, err := s.b.boundFor(ctx, waitMS)
+	if err != nil {
+		return core.AcquireResult{}, false, err
+	}
+	if bs != nil {
+		err = bs.acquire.QueryRowContext(ctx, id, joinNames(names), quarantineUS).Scan(&out)
+	} else {
+		err = s.b.stmts.acquire.QueryRowContext(ctx, id, joinNames(names), quarantineUS, waitMS).Scan(&out)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return core.AcquireResult{}, false, nil
 	}
@@ -509,6 +605,13 @@ func (s store) Acquire(ctx context.Context, id string, names []string, quarantin
 			return core.AcquireResult{}, false, fmt.Errorf("%w: quarantine %q", core.ErrBadReply, out)
 		}
 		return core.AcquireResult{QuarantineUS: us}, true, nil
+	}
+	if len(names) == 1 { // the usual case: no split
+		tok, err := strconv.ParseUint(out, 10, 64)
+		if err != nil {
+			return core.AcquireResult{}, false, fmt.Errorf("%w: token %q: %v", core.ErrBadReply, out, err)
+		}
+		return core.AcquireResult{Tokens: []uint64{tok}}, true, nil
 	}
 	parts := strings.Split(out, ",")
 	if len(parts) != len(names) {
@@ -524,6 +627,18 @@ func (s store) Acquire(ctx context.Context, id string, names []string, quarantin
 }
 
 func (s store) Release(ctx context.Context, id string, leases []driver.Lease, waitMS int64) error {
+	bs, err := s.b.boundFor(ctx, waitMS)
+	if err != nil {
+		return err
+	}
+	if len(leases) == 1 { // the usual case: no builders
+		if bs != nil {
+			_, err = bs.release.ExecContext(ctx, id, leases[0].Name, strconv.FormatUint(leases[0].Token, 10))
+		} else {
+			_, err = s.b.stmts.release.ExecContext(ctx, id, leases[0].Name, strconv.FormatUint(leases[0].Token, 10), waitMS)
+		}
+		return err
+	}
 	var names, tokens strings.Builder
 	for i, l := range leases {
 		if i > 0 {
@@ -533,13 +648,25 @@ func (s store) Release(ctx context.Context, id string, leases []driver.Lease, wa
 		names.WriteString(l.Name)
 		tokens.WriteString(strconv.FormatUint(l.Token, 10))
 	}
-	_, err := s.b.stmts.release.ExecContext(ctx, id, names.String(), tokens.String(), waitMS)
+	if bs != nil {
+		_, err = bs.release.ExecContext(ctx, id, names.String(), tokens.String())
+	} else {
+		_, err = s.b.stmts.release.ExecContext(ctx, id, names.String(), tokens.String(), waitMS)
+	}
 	return err
 }
 
 func (s store) Close(ctx context.Context, id string, waitMS int64) error {
 	_, err := s.b.stmts.closeID.ExecContext(ctx, id, waitMS)
 	return err
+}
+
+// joinNames is the names comma-separated, without a copy for one name.
+func joinNames(names []string) string {
+	if len(names) == 1 {
+		return names[0]
+	}
+	return strings.Join(names, ",")
 }
 
 // deadlocked reports InnoDB's deadlock victim (ER_LOCK_DEADLOCK, 1213):

@@ -588,6 +588,185 @@ BEGIN
     SET SESSION innodb_lock_wait_timeout = v_lwt;
 END`, `
 UPDATE {p}_schema SET version = 3, compatible_from = 1 WHERE id = 1`},
+	// 4: acquire_v3 and release_v3, as acquire_v2 and release_v2 but
+	// without bounding their own lock waits: on MariaDB the caller runs
+	// them as SET STATEMENT innodb_lock_wait_timeout = N FOR CALL …, which
+	// sets the bound for the one call and restores the connection's value
+	// itself (the same N, GREATEST(1, wait_ms DIV 1000), ADR 0135), in
+	// place of the two statements that saved, set and restored it (about
+	// 25 µs a call, ADR 0144). MySQL has no SET STATEMENT and keeps calling
+	// the version 3 routines. acquire_v3 also grants one released name
+	// without walking the list. Nothing else changes: version 3 code keeps
+	// running beside it.
+	3: {`
+CREATE PROCEDURE IF NOT EXISTS {p}_acquire_v3(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_names LONGTEXT CHARACTER SET ascii COLLATE ascii_bin, IN p_quarantine_us BIGINT)
+BEGIN
+    DECLARE v_pos BIGINT DEFAULT 1;
+    DECLARE v_end BIGINT;
+    DECLARE v_name VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin;
+    DECLARE v_owner CHAR(32) CHARACTER SET ascii COLLATE ascii_bin;
+    DECLARE v_token BIGINT;
+    DECLARE v_alive INT;
+    DECLARE v_won INT DEFAULT 0;
+    DECLARE v_new INT;
+    DECLARE v_held INT;
+    DECLARE v_check INT DEFAULT 0;
+    DECLARE v_ok INT DEFAULT 1;
+    DECLARE v_tried INT DEFAULT 0;
+    DECLARE v_until DATETIME(6) DEFAULT NULL;
+    DECLARE v_out LONGTEXT CHARACTER SET ascii COLLATE ascii_bin DEFAULT '';
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    -- As acquire_v2 (see its comments and acquire_v1's). The lock waits
+    -- are bounded by the caller's SET STATEMENT. One name (no comma) whose
+    -- lease was released is taken by the first statement, as in the loop
+    -- below; if that finds no released row, the loop goes on from the
+    -- locking read.
+    IF LOCATE(',', p_names) = 0 THEN
+        SET v_name = p_names;
+        UPDATE {p}_leases SET session_id = p_id, held = 1,
+               token = LAST_INSERT_ID(GREATEST(token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))))
+         WHERE name = v_name AND held = 0;
+        IF ROW_COUNT() = 1 THEN
+            SET v_out = LAST_INSERT_ID(), v_won = 1, v_pos = CHAR_LENGTH(p_names) + 1;
+        ELSE
+            SET v_tried = 1;
+        END IF;
+    END IF;
+    WHILE v_pos <= CHAR_LENGTH(p_names) DO
+        SET v_end = LOCATE(',', p_names, v_pos);
+        IF v_end = 0 THEN
+            SET v_end = CHAR_LENGTH(p_names) + 1;
+        END IF;
+        SET v_name = SUBSTRING(p_names, v_pos, v_end - v_pos);
+        SET v_pos = v_end + 1;
+        SET v_owner = NULL, v_token = NULL, v_held = 0, v_new = 0;
+        IF v_tried = 1 THEN
+            -- The one name's UPDATE above found no released row.
+            SET v_tried = 0;
+            SELECT session_id, token, held INTO v_owner, v_token, v_held FROM {p}_leases WHERE name = v_name FOR UPDATE;
+        ELSE
+            UPDATE {p}_leases SET session_id = p_id, held = 1,
+                   token = LAST_INSERT_ID(GREATEST(token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))))
+             WHERE name = v_name AND held = 0;
+            IF ROW_COUNT() = 1 THEN
+                SET v_token = LAST_INSERT_ID(), v_new = 1, v_won = 1;
+            ELSE
+                SELECT session_id, token, held INTO v_owner, v_token, v_held FROM {p}_leases WHERE name = v_name FOR UPDATE;
+            END IF;
+        END IF;
+        IF v_new = 0 AND v_token IS NULL THEN
+            INSERT INTO {p}_leases (name, session_id, token, held)
+            VALUES (v_name, p_id, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)), 1)
+            ON DUPLICATE KEY UPDATE token = token;
+            SELECT session_id, token, held INTO v_owner, v_token, v_held FROM {p}_leases WHERE name = v_name FOR UPDATE;
+            IF v_owner = p_id AND v_held = 1 THEN
+                SET v_check = 1, v_new = 1, v_won = 1;
+            END IF;
+        END IF;
+        IF v_new = 0 AND NOT (v_held = 1 AND v_owner <=> p_id) THEN
+            SET v_alive = 0;
+            IF v_held = 1 THEN
+                SELECT COUNT(*) INTO v_alive FROM {p}_sessions
+                 WHERE id = v_owner AND expires_at > UTC_TIMESTAMP(6);
+                IF v_alive = 0 THEN
+                    SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = v_owner LOCK IN SHARE MODE;
+                    SELECT COUNT(*) INTO v_alive FROM {p}_sessions
+                     WHERE id = v_owner AND expires_at > UTC_TIMESTAMP(6);
+                END IF;
+            END IF;
+            IF v_alive = 0 THEN
+                SET v_token = GREATEST(v_token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)));
+                UPDATE {p}_leases SET session_id = p_id, held = 1, token = v_token WHERE name = v_name;
+                SET v_check = 1, v_won = 1;
+            ELSE
+                SET v_token = 0;
+            END IF;
+        END IF;
+        SET v_out = CONCAT(v_out, IF(v_out = '', '', ','), v_token);
+    END WHILE;
+    IF v_check = 1 THEN
+        SELECT COUNT(*) INTO v_ok FROM {p}_epoch e JOIN {p}_leases ml ON ml.name = '~epoch' JOIN {p}_sessions ms ON ms.id = '~epoch'
+         WHERE e.id = 1 AND e.quarantine_until <= UTC_TIMESTAMP(6);
+    END IF;
+    IF v_won = 1 THEN
+        UPDATE {p}_sessions SET version = version + 1
+         WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6)
+           AND v_ok = 1 AND (quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6));
+        SET v_alive = ROW_COUNT();
+    ELSE
+        SELECT COUNT(*) INTO v_alive FROM {p}_sessions
+         WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6)
+           AND (quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6));
+    END IF;
+    IF v_alive = 0 THEN
+        -- As in acquire_v2: nothing of the above stays, lost_v1 notes a
+        -- loss or finds none.
+        ROLLBACK;
+        -- READ COMMITTED again, for lost_v1 (see acquire_v2).
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+        START TRANSACTION;
+        SELECT COUNT(*) INTO v_alive FROM {p}_sessions WHERE id = p_id AND expires_at > UTC_TIMESTAMP(6);
+        IF v_alive = 1 THEN
+            CALL {p}_lost_v1(p_quarantine_us, v_until);
+        END IF;
+        COMMIT;
+        IF v_alive = 0 THEN
+            SELECT NULL AS tokens FROM DUAL WHERE FALSE;
+        ELSEIF v_until > UTC_TIMESTAMP(6) THEN
+            SELECT CONCAT('q', GREATEST(1, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), v_until))) AS tokens;
+        ELSE
+            SELECT CONCAT('0', REPEAT(',0', CHAR_LENGTH(p_names) - CHAR_LENGTH(REPLACE(p_names, ',', '')))) AS tokens;
+        END IF;
+    ELSE
+        COMMIT;
+        SELECT v_out AS tokens;
+    END IF;
+END`, `
+CREATE PROCEDURE IF NOT EXISTS {p}_release_v3(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_names LONGTEXT CHARACTER SET ascii COLLATE ascii_bin, IN p_tokens LONGTEXT CHARACTER SET ascii COLLATE ascii_bin)
+BEGIN
+    DECLARE v_pos BIGINT DEFAULT 1;
+    DECLARE v_tpos BIGINT DEFAULT 1;
+    DECLARE v_end BIGINT;
+    DECLARE v_tend BIGINT;
+    DECLARE v_name VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin;
+    DECLARE v_token BIGINT;
+    DECLARE v_n INT DEFAULT 0;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    -- As release_v2; the lock waits are bounded by the caller's SET
+    -- STATEMENT.
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    IF p_names <> '' AND LOCATE(',', p_names) = 0 THEN
+        SET v_name = p_names, v_token = CAST(p_tokens AS SIGNED);
+        UPDATE {p}_leases SET held = 0
+         WHERE name = v_name AND token = v_token AND session_id = p_id AND held = 1;
+        SET v_n = ROW_COUNT();
+        SET v_pos = CHAR_LENGTH(p_names) + 1;
+    END IF;
+    WHILE v_pos <= CHAR_LENGTH(p_names) DO
+        SET v_end = LOCATE(',', p_names, v_pos);
+        IF v_end = 0 THEN
+            SET v_end = CHAR_LENGTH(p_names) + 1;
+        END IF;
+        SET v_tend = LOCATE(',', p_tokens, v_tpos);
+        IF v_tend = 0 THEN
+            SET v_tend = CHAR_LENGTH(p_tokens) + 1;
+        END IF;
+        SET v_name = SUBSTRING(p_names, v_pos, v_end - v_pos);
+        SET v_token = CAST(SUBSTRING(p_tokens, v_tpos, v_tend - v_tpos) AS SIGNED);
+        SET v_pos = v_end + 1, v_tpos = v_tend + 1;
+        UPDATE {p}_leases SET held = 0
+         WHERE name = v_name AND token = v_token AND session_id = p_id AND held = 1;
+        SET v_n = v_n + ROW_COUNT();
+    END WHILE;
+    IF v_n > 0 THEN
+        UPDATE {p}_sessions SET version = version + 1 WHERE id = p_id;
+    END IF;
+    COMMIT;
+END`, `
+UPDATE {p}_schema SET version = 4, compatible_from = 1 WHERE id = 1`},
 }
 
 // initEpoch ends the creation of a new namespace (Migration from 0): tables

@@ -14,7 +14,8 @@ import (
 func TestSchemaVersions(t *testing.T) {
 	db := newDB(t, dsn(t), nil)
 	sqltest.RunSchema(t, sqltest.Schema{
-		Label: "mysqlsimba",
+		Version: mysqlsimba.SchemaVersion,
+		Label:   "mysqlsimba",
 		New: func(t *testing.T, prefix string, create bool) (driver.Backend, error) {
 			opts := []mysqlsimba.Option{mysqlsimba.WithNamespace(prefix), mysqlsimba.WithMaxLease(time.Second)}
 			if !create {

@@ -38,3 +38,6 @@ func AcquireWithoutQuarantine(prefix string) (string, error) {
 	}
 	return core.Expand(strings.ReplaceAll(body, check, ""), prefix)
 }
+
+// SchemaVersion is the schema version this code needs.
+const SchemaVersion = schemaVersion

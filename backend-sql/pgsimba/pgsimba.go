@@ -19,6 +19,11 @@ import (
 	"github.com/simba-go/simba/session/driver"
 )
 
+// schemaVersion is the version of the tables and routines this code calls
+// (docs/adr/0081-sql-schema-versions.md; the versions are listed in
+// internal/core/schema.go).
+const schemaVersion = 3
+
 // Option configures [New] and [Connect].
 type Option func(*config)
 
@@ -167,8 +172,8 @@ func Schema(prefix string) (string, error) { return Migration(prefix, 0) }
 // upgrades may have just been restored from an old backup, and the
 // quarantine is what keeps two holders apart then (ADR 0130).
 func Migration(prefix string, from int) (string, error) {
-	if from < 0 || from > core.SchemaVersion {
-		return "", fmt.Errorf("pgsimba: no migration from schema version %d (this code has version %d)", from, core.SchemaVersion)
+	if from < 0 || from > schemaVersion {
+		return "", fmt.Errorf("pgsimba: no migration from schema version %d (this code has version %d)", from, schemaVersion)
 	}
 	var sql strings.Builder
 	create := from == 0
@@ -176,7 +181,7 @@ func Migration(prefix string, from int) (string, error) {
 		sql.WriteString(schema)
 		from = 1
 	}
-	for v := from; v < core.SchemaVersion; v++ {
+	for v := from; v < schemaVersion; v++ {
 		sql.WriteString(migrations[v])
 	}
 	if create {
@@ -198,7 +203,7 @@ func (b *Backend) createSchema(ctx context.Context) error {
 			return err
 		}
 		in, err := b.installed(ctx, tx)
-		if err != nil || in.Version >= core.SchemaVersion {
+		if err != nil || in.Version >= schemaVersion {
 			return err
 		}
 		ddl, err := Migration(b.prefix, in.Version)
@@ -223,7 +228,7 @@ func (b *Backend) checkSchema(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pgsimba: read schema version of %q: %w", b.prefix, err)
 	}
-	return core.CheckSchema("pgsimba", b.prefix, in, "pgsimba.Migration")
+	return core.CheckSchema("pgsimba", b.prefix, in, "pgsimba.Migration", schemaVersion)
 }
 
 // installed reads the namespace's schema version: from <p>_schema, or 1

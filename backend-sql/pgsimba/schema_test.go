@@ -13,7 +13,8 @@ import (
 func TestSchemaVersions(t *testing.T) {
 	pool := newPool(t, pgURL(t), nil)
 	sqltest.RunSchema(t, sqltest.Schema{
-		Label: "pgsimba",
+		Version: pgsimba.SchemaVersion,
+		Label:   "pgsimba",
 		New: func(t *testing.T, prefix string, create bool) (driver.Backend, error) {
 			opts := []pgsimba.Option{pgsimba.WithNamespace(prefix), pgsimba.WithMaxLease(time.Second)}
 			if !create {

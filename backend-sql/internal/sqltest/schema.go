@@ -8,7 +8,6 @@ import (
 	"time"
 
 	sqlbackend "github.com/simba-go/simba/backend-sql"
-	"github.com/simba-go/simba/backend-sql/internal/core"
 	"github.com/simba-go/simba/session/driver"
 )
 
@@ -34,12 +33,14 @@ type Schema struct {
 	Drop func(t testing.TB, prefix string)
 	// Label is the package name, which error messages start with.
 	Label string
+	// Version is the schema version the dialect's code needs.
+	Version int
 }
 
 // RunSchema runs the schema-version tests against s.
 func RunSchema(t *testing.T, s Schema) {
 	t.Run("UpgradeFromFirstSchema", func(t *testing.T) { upgradeFrom(t, s, 1) })
-	t.Run("UpgradeFromPreviousSchema", func(t *testing.T) { upgradeFrom(t, s, core.SchemaVersion-1) })
+	t.Run("UpgradeFromPreviousSchema", func(t *testing.T) { upgradeFrom(t, s, s.Version-1) })
 	t.Run("NewerSchema", func(t *testing.T) { newerSchema(t, s) })
 }
 
@@ -78,7 +79,7 @@ func upgradeFrom(t *testing.T, s Schema, from int) {
 	}
 	_, err = strict.Open(Ctx(t), driver.OpenRequest{LeaseDuration: time.Minute})
 	wantVersionError(t, fmt.Sprintf("Open on schema version %d", from), err, fmt.Sprintf("version %d", from),
-		fmt.Sprintf("version %d", core.SchemaVersion), fmt.Sprintf("%s.Migration(%q, %d)", s.Label, prefix, from))
+		fmt.Sprintf("version %d", s.Version), fmt.Sprintf("%s.Migration(%q, %d)", s.Label, prefix, from))
 
 	b, err := s.New(t, prefix, true)
 	if err != nil {
@@ -136,7 +137,7 @@ func newerSchema(t *testing.T, s Schema) {
 	if _, err := s.New(t, prefix, true); err != nil {
 		t.Fatal(err)
 	}
-	v, next := core.SchemaVersion, core.SchemaVersion+1
+	v, next := s.Version, s.Version+1
 	s.SetVersion(t, prefix, next, v)
 	for _, create := range []bool{true, false} {
 		b, err := s.New(t, prefix, create)

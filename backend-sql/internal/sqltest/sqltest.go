@@ -74,12 +74,21 @@ func Run(t *testing.T, h Harness) {
 // A call whose client gave up (its deadline passed and the server was not
 // told) fails in the database within its bound, the caller's deadline,
 // instead of waiting for a lock and committing long after, when its reply
-// reaches no one (ADR 0135). Here an Acquire waits for its session's row,
-// which another transaction holds.
+// reaches no one (ADR 0135). Here an Acquire, then a Release, waits for its
+// session's row, which another transaction holds.
 func abandoned(t *testing.T, h Harness) {
+	t.Run("Acquire", func(t *testing.T) { abandonedCall(t, h, false) })
+	t.Run("Release", func(t *testing.T) { abandonedCall(t, h, true) })
+}
+
+func abandonedCall(t *testing.T, h Harness, release bool) {
 	prefix := FreshPrefix()
 	b := h.NewCutOff(t, prefix)
 	id := Open(t, b, time.Minute)
+	var tok uint64
+	if release {
+		tok = Acquire(t, b, id, "x")
+	}
 	unlock := h.LockSession(t, prefix, id)
 	locked := true
 	defer func() {
@@ -90,22 +99,32 @@ func abandoned(t *testing.T, h Harness) {
 	const bound = 1500 * time.Millisecond
 	ctx, cancel := context.WithTimeout(Ctx(t), bound)
 	start := time.Now()
-	_, err := b.Acquire(ctx, driver.AcquireRequest{ID: id, Names: []string{"x"}})
+	var err error
+	if release {
+		err = b.Release(ctx, driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: "x", Token: tok}}})
+	} else {
+		_, err = b.Acquire(ctx, driver.AcquireRequest{ID: id, Names: []string{"x"}})
+	}
 	cancel()
 	if err == nil {
-		t.Fatal("Acquire succeeded while its session's row was locked by another transaction")
+		t.Fatal("the call succeeded while its session's row was locked by another transaction")
 	}
 	for n := h.Busy(t, prefix); n > 0; n = h.Busy(t, prefix) {
 		if since := time.Since(start); since > bound+1500*time.Millisecond {
-			t.Fatalf("%v after an Acquire with a deadline of %v, %d of its statements still run in the database (the client gave up at once: %v)", since, bound, n, err)
+			t.Fatalf("%v after a call with a deadline of %v, %d of its statements still run in the database (the client gave up at once: %v)", since, bound, n, err)
 		}
 		<-time.After(20 * time.Millisecond) // the server's side must end by itself
 	}
 	unlock()
 	locked = false
 	hs, err := b.(driver.Inspector).Inspect(Ctx(t), driver.InspectRequest{Names: []string{"x"}})
-	if err != nil || len(hs) != 0 {
-		t.Fatalf("after the lock was released: holders of x = %+v, %v; the abandoned Acquire must not have committed", hs, err)
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case !release && len(hs) != 0:
+		t.Fatalf("after the lock was released: holders of x = %+v; the abandoned Acquire must not have committed", hs)
+	case release && (len(hs) != 1 || hs[0].Token != tok):
+		t.Fatalf("after the lock was released: holders of x = %+v, want still held under %d; the abandoned Release must not have committed", hs, tok)
 	}
 }
 
