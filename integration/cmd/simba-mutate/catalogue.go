@@ -316,9 +316,9 @@ var catalogue = []Mutation{
 	// tests' MariaDB runs (acquire_v2 is MySQL's since schema version 4,
 	// ADR 0144).
 	{Name: "sql-my-epoch-ignored", File: "backend-sql/mysqlsimba/schema.go",
-		Old:     "\n           AND v_ok = 1 AND (quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6));\n        SET v_alive = ROW_COUNT();",
-		New:     ";\n        SET v_alive = ROW_COUNT();",
-		Catch:   "backend-sql mysqlsimba TestDataLoss/QuarantineAfter* (a grant right after the loss), kit TokensSurviveDataLoss",
+		Old:   "\n           AND v_ok = 1 AND (quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6));\n        SET v_alive = ROW_COUNT();",
+		New:   ";\n        SET v_alive = ROW_COUNT();",
+		Catch: "backend-sql mysqlsimba TestDataLoss/QuarantineAfter* (a grant right after the loss), kit TokensSurviveDataLoss",
 		// Only these subtests: the change also breaks the planting of
 		// QuarantineSkippedIsCaught, which would count as a kill.
 		Modules: []string{"backend-sql/mysqlsimba"}, Run: "TestDataLoss/(QuarantineAfter|EpochRowDeleted)"},
