@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -25,6 +26,7 @@ var ErrClientConfig = errors.New("redissimba: unsuitable redis client")
 // pub/sub and the read of the name index.
 type client interface {
 	redis.Scripter
+	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 	ZRangeByLex(ctx context.Context, key string, opt *redis.ZRangeBy) *redis.StringSliceCmd
 	Info(ctx context.Context, sections ...string) *redis.StringCmd
@@ -51,6 +53,8 @@ type Backend struct {
 
 	hintMu sync.Mutex
 	hints  map[string]driver.ID // name → its owner when last seen, see Acquire
+
+	noFunctions atomic.Bool // the server refused the acquire function: use the script (functions.go)
 }
 
 var (
@@ -380,7 +384,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest, result
 		args = append(args, len(ks)) // Lua's KEYS index is 1-based
 	}
 	b.hintMu.Unlock()
-	res, err := b.run(ctx, acquireScript, ks, args...).Result()
+	res, err := b.runAcquire(ctx, ks, args...).Result()
 	if err != nil {
 		return nil, 0, fmt.Errorf("redissimba: acquire: %w", err)
 	}

@@ -72,7 +72,8 @@ return {ttl, v, redis.call('HGETALL', KEYS[1])}
 // Cluster node), which may lack leases granted since. Both are one loss:
 // the script writes quarantine_until = now + max lease, on the Redis clock,
 // with the current run_id, and grants nothing until then. The run_id is
-// read from INFO server, the smallest section that carries it; only its
+// read from INFO server (by the acquire function once per server process,
+// functions.go), the smallest section that carries it; only its
 // line is parsed.
 //
 // Every key the script touches is in KEYS (ADR 0131): during a Cluster
@@ -98,7 +99,11 @@ return {ttl, v, redis.call('HGETALL', KEYS[1])}
 // (expired on the Redis clock, closed, or lost with the data). The token is
 // max(last + 1, now in µs by Redis TIME): it rises per name, and a name
 // whose record was lost restarts from the clock, above every earlier token.
-var acquireScript = redis.NewScript(`
+var acquireScript = redis.NewScript(acquireSrc)
+
+// acquireSrc is the acquire script's source, also the body of the acquire
+// function (functions.go), which replaces acquireRunIDLine.
+const acquireSrc = `
 local v = redis.call('HGET', KEYS[1], '#v')
 if not v then return -1 end
 local t = redis.call('TIME')
@@ -171,7 +176,7 @@ for _, i in ipairs(take) do
   redis.call('ZADD', KEYS[2], 0, ARGV[5 + i])
 end
 return out
-`)
+`
 
 // release: KEYS[1] session, KEYS[2..n] lease keys; ARGV[1] session id,
 // ARGV[2] channel, then name and token of each lease key in order.

@@ -290,6 +290,12 @@ var catalogue = []Mutation{
 		Old: "    if cur[2] then pub[#pub + 1] = f end\n", New: "",
 		Catch:   "backend-redis TestBroadcastRelease (no notice for y after Close), TestNoticeMarkIsSetAgainByTheNextRefusal, kit BroadcastOnRelease",
 		Modules: []string{"backend-redis"}, Run: "TestBroadcastRelease|TestNotice|TestConformanceStandalone"},
+	// --- backend-redis: the acquire function reads the run_id of the
+	// process serving it, once, into its library (ADR 0148).
+	{Name: "redis-function-run-id-from-epoch", File: "backend-redis/functions.go",
+		Old: `"  rid = runID()\n"`, New: `"  rid = string.match(redis.call('GET', KEYS[3]) or '', ' (%x+)$') or runID()\n"`,
+		Catch:   "backend-redis TestRestartFromSnapshotQuarantines (the restarted process takes the epoch's run_id for its own: another session takes x at once), TestAcquireFunctionComparesRunIDs",
+		Modules: []string{"backend-redis"}, Run: "TestRestartFromSnapshotQuarantines|TestAcquireFunction"},
 	{Name: "redis-open-lease-not-capped", File: "backend-redis/backend.go",
 		Old: "ms := min(millis(req.LeaseDuration), b.maxLeaseMS())", New: "ms := millis(req.LeaseDuration)",
 		Catch:   "backend-redis TestMaxLeaseCapsGrants",

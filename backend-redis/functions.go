@@ -1,0 +1,146 @@
+package redissimba
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The acquire operation runs as a Redis Function (Redis 7 and later) where
+// the server allows it, and as the acquire script (EVALSHA) otherwise: on
+// Redis 5 and 6, when FUNCTION LOAD is refused (an ACL, a managed service),
+// and with WithWaitReplicas, whose WAIT rides in a pipeline with the script.
+// Both run the same source, acquireSrc (ADR 0148).
+//
+// The difference is the server's run_id (ADR 0131). The script reads it
+// from INFO server on every call, 6-15 µs of server time. The function reads
+// it once, on its first call, into an upvalue of its library: a Lua local
+// that lives in the serving process's function engine until that process
+// exits, or its library is loaded again (FUNCTION LOAD REPLACE, FUNCTION
+// FLUSH, FUNCTION RESTORE, a full resynchronisation of a replica, which
+// loads the library again and starts with no cached value). A run_id
+// identifies one execution of a Redis process and never changes while it
+// runs, and a Lua state never outlives or leaves its process: the cached
+// value is what INFO server would answer in every call it serves. A restart
+// (from an RDB snapshot, an AOF), a failover to a replica and a Cluster slot
+// move all reach a process whose engine loaded the library itself (from its
+// RDB or AOF, through replication, or from this backend after "Function not
+// found"), so its first call reads its own run_id.
+
+// acquireRunIDLine is the line of acquireSrc that reads the run_id; the
+// function reads the cached one instead.
+const acquireRunIDLine = "  rid = string.match(redis.call('INFO', 'server'), '\\nrun_id:(%x+)')\n"
+
+// acquireLib is the library holding the acquire function; fnAcquire its name.
+var acquireLib, fnAcquire = acquireLibrary()
+
+// acquireLibrary builds the library from acquireSrc. Its name and the
+// function's carry a hash of the code, so that processes running different
+// versions of this package can share a server: each loads its own library
+// and none replaces another's.
+func acquireLibrary() (code, fn string) {
+	if strings.Count(acquireSrc, acquireRunIDLine) != 1 {
+		panic("redissimba: the acquire script's run_id line is not where the function expects it")
+	}
+	body := strings.Replace(acquireSrc, acquireRunIDLine, "  rid = runID()\n", 1)
+	lib := `
+local cached
+local function runID()
+  if not cached then
+    cached = string.match(redis.call('INFO', 'server'), '\nrun_id:(%x+)')
+  end
+  return cached
+end
+redis.register_function('FN', function(KEYS, ARGV)
+` + body + `end)
+`
+	sum := sha1.Sum([]byte(lib))
+	h := hex.EncodeToString(sum[:8])
+	fn = "simba_acquire_" + h
+	return "#!lua name=simba_" + h + "\n" + strings.Replace(lib, "'FN'", "'"+fn+"'", 1), fn
+}
+
+// runAcquire runs the acquire operation: the function when the server has
+// (or takes) it, the script otherwise.
+func (b *Backend) runAcquire(ctx context.Context, keys []string, args ...any) *redis.Cmd {
+	if b.opts.waitReplicas != 0 || b.noFunctions.Load() {
+		return b.run(ctx, acquireScript, keys, args...)
+	}
+	cmd := b.rdb.FCall(ctx, fnAcquire, keys, args...)
+	err := cmd.Err()
+	switch {
+	case err == nil || !isRedisError(err):
+		return cmd // a reply, or an error that says nothing about functions
+	case functionMissing(err):
+		// This node has not loaded the library (a fresh server, a
+		// FUNCTION FLUSH, a Cluster node that received the slot): load it
+		// there and call again. Nothing ran, so calling again is safe.
+		if lerr := b.loadAcquire(ctx, keys[0]); lerr != nil {
+			if refusesFunctions(lerr) {
+				b.noFunctions.Store(true) // this server will not take functions
+			}
+			return b.run(ctx, acquireScript, keys, args...)
+		}
+		cmd = b.rdb.FCall(ctx, fnAcquire, keys, args...)
+		if err := cmd.Err(); err != nil && functionMissing(err) {
+			// Still not there (a Cluster ASK to an importing node, a
+			// failover in between): this call runs the script.
+			return b.run(ctx, acquireScript, keys, args...)
+		}
+		return cmd
+	case refusesFunctions(err):
+		// Redis before 7, or an ACL without FCALL: nothing ran.
+		b.noFunctions.Store(true)
+		return b.run(ctx, acquireScript, keys, args...)
+	}
+	return cmd
+}
+
+// refusesFunctions reports whether err is the server refusing FCALL or
+// FUNCTION LOAD for good: a Redis before 7 (unknown command) or an ACL
+// (NOPERM). Errors inside the function name other commands, and
+// transient answers (LOADING, BUSY, TRYAGAIN) are not refusals.
+func refusesFunctions(err error) bool {
+	if !isRedisError(err) {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.HasPrefix(msg, "noperm") ||
+		strings.HasPrefix(msg, "err unknown command") && (strings.Contains(msg, "fcall") || strings.Contains(msg, "function"))
+}
+
+// loadAcquire loads the acquire library on the node serving key. Another
+// process may have loaded it first: "already exists" is success.
+func (b *Backend) loadAcquire(ctx context.Context, key string) error {
+	var node redis.Cmdable = b.uc
+	if cc, ok := b.uc.(*redis.ClusterClient); ok {
+		c, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return fmt.Errorf("node for %s: %w", key, err)
+		}
+		node = c
+	}
+	err := node.FunctionLoad(ctx, acquireLib).Err()
+	if err != nil && strings.Contains(err.Error(), "already exists") {
+		return nil
+	}
+	return err
+}
+
+// functionMissing reports whether err is the server's "ERR Function not
+// found".
+func functionMissing(err error) bool {
+	return isRedisError(err) && strings.HasPrefix(strings.TrimPrefix(err.Error(), "ERR "), "Function not found")
+}
+
+// isRedisError reports whether err is an answer of the server (as opposed
+// to a network error, a timeout or a closed client).
+func isRedisError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
+}
