@@ -55,6 +55,10 @@ type Backend struct {
 	hints  map[string]driver.ID // name → its owner when last seen, see Acquire
 
 	noFunctions atomic.Bool // the server refused the acquire function: use the script (functions.go)
+
+	// Script arguments that never change, boxed once: an any made from a
+	// string or an int64 on every call is an allocation each.
+	argSession, argChannel, argMaxLease, argRestart any
 }
 
 var (
@@ -170,7 +174,9 @@ func New(rdb redis.UniversalClient, ns string, opts ...Option) (*Backend, error)
 	if o.waitReplicas < 0 || o.waitReplicas > 0 && o.waitTimeout <= 0 {
 		return nil, fmt.Errorf("redissimba: WithWaitReplicas(%d, %v): want n ≥ 0 and, with n > 0, a timeout > 0 (WAIT 0 would block forever)", o.waitReplicas, o.waitTimeout)
 	}
-	return &Backend{rdb: rdb, uc: rdb, ns: ns, keys: newKeys(ns), opts: o, hints: map[string]driver.ID{}}, nil
+	b := &Backend{rdb: rdb, uc: rdb, ns: ns, keys: newKeys(ns), opts: o, hints: map[string]driver.ID{}}
+	b.argSession, b.argChannel, b.argMaxLease, b.argRestart = b.keys.session, b.keys.channel, b.maxLeaseMS(), b.restartCheck()
+	return b, nil
 }
 
 // checkClient refuses clients that ignore context deadlines: the engine
@@ -368,7 +374,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest, result
 	ks := make([]string, 3, 3+n)
 	ks[0], ks[1], ks[2] = b.keys.session+string(req.ID), b.keys.names, b.keys.epoch
 	args := make([]any, 5, 5+2*n)
-	args[0], args[1], args[2], args[3], args[4] = string(req.ID), b.keys.session, b.maxLeaseMS(), n, b.restartCheck()
+	args[0], args[1], args[2], args[3], args[4] = string(req.ID), b.argSession, b.argMaxLease, n, b.argRestart
 	for _, i := range pending {
 		ks = append(ks, b.keys.lease+req.Names[i])
 		args = append(args, req.Names[i])
@@ -477,13 +483,14 @@ func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error 
 	ks := make([]string, 1, len(req.Leases)+1)
 	ks[0] = b.keys.session + string(req.ID)
 	args := make([]any, 2, 2*len(req.Leases)+2)
-	args[0], args[1] = string(req.ID), b.keys.channel
+	args[0], args[1] = string(req.ID), b.argChannel
 	for _, l := range req.Leases {
 		if err := deadline.ValidateName(l.Name); err != nil {
 			return fmt.Errorf("redissimba: release: %w", err)
 		}
 		ks = append(ks, b.keys.lease+l.Name)
-		args = append(args, l.Name, strconv.FormatUint(l.Token, 10))
+		// go-redis writes a uint64 in decimal, the string the lease holds.
+		args = append(args, l.Name, l.Token)
 	}
 	if err := releaseScript.Run(ctx, b.rdb, ks, args...).Err(); err != nil {
 		return fmt.Errorf("redissimba: release: %w", err)
@@ -505,7 +512,7 @@ func (b *Backend) Close(ctx context.Context, id driver.ID) error {
 		ks := make([]string, 1, len(names)+1)
 		ks[0] = b.keys.session + string(id)
 		args := make([]any, 2, len(names)+2)
-		args[0], args[1] = string(id), b.keys.channel
+		args[0], args[1] = string(id), b.argChannel
 		for _, n := range names {
 			ks = append(ks, b.keys.lease+n)
 			args = append(args, n)
