@@ -59,15 +59,20 @@ func Redis(t testing.TB, opts ...Option) *RedisServer {
 	t.Helper()
 	c := newConfig(t, "redis", "7", opts)
 	n := c.nodes()
-	ps, err := freePorts(n)
+	// A Cluster node's bus port is chosen too: its default, the client
+	// port + 10000, falls in the ephemeral range, where an outgoing
+	// connection's local port can hold it (seen in CI: "bind: Address
+	// already in use" on the bus).
+	ps, err := freePorts(2 * n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &RedisServer{Namespace: c.namespace}
-	for _, p := range ps {
+	for i, p := range ps[:n] {
 		cmd := []string{"redis-server", "--bind", "127.0.0.1", "--port", strconv.Itoa(p), "--save", "", "--appendonly", "no", "--protected-mode", "no"}
 		if c.cluster {
-			cmd = append(cmd, "--cluster-enabled", "yes", "--cluster-config-file", "/tmp/nodes-"+strconv.Itoa(p)+".conf", "--cluster-node-timeout", "5000")
+			cmd = append(cmd, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(ps[n+i]),
+				"--cluster-config-file", "/tmp/nodes-"+strconv.Itoa(p)+".conf", "--cluster-node-timeout", "5000")
 		}
 		a := addr(p)
 		s.Nodes = append(s.Nodes, run(t, c, spec{cmd: cmd}, a, func(ctx context.Context) error { return redisPing(ctx, a) }))
