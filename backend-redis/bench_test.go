@@ -6,12 +6,15 @@ import (
 	"net"
 	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	redissimba "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/session"
@@ -343,5 +346,80 @@ func awaitElected(b *testing.B, ch chan time.Time) time.Time {
 	case <-time.After(10 * time.Second):
 		b.Fatal("no OnElected within 10s")
 		return time.Time{}
+	}
+}
+
+// BenchmarkServerTime reports the Redis server's time per acquire +
+// release (INFO commandstats: the usec of evalsha and fcall), on a private
+// redis-server with nothing else on it: the acquire function (ADR 0148)
+// against the acquire script, which a backend whose ACL user may not call
+// FCALL runs, with its INFO server per call. The two alternate in blocks
+// of 1,000 pairs; b.N is the number of blocks of each.
+func BenchmarkServerTime(b *testing.B) {
+	s := startServer(b)
+	admin := s.client(s.addr())
+	if err := admin.Do(ctxT(b), "ACL", "SETUSER", "nofn", "on", "nopass", "~*", "&*", "+@all", "-fcall", "-function").Err(); err != nil {
+		b.Fatal(err)
+	}
+	script := redis.NewClient(&redis.Options{Addr: s.addr(), Username: "nofn", Password: "any", ContextTimeoutEnabled: true})
+	b.Cleanup(func() { _ = script.Close() })
+	type side struct {
+		name string
+		b    *redissimba.Backend
+		id   driver.ID
+		usec float64
+	}
+	sides := []*side{{name: "function", b: newBackend(b, admin, namespace(b))}, {name: "script", b: newBackend(b, script, namespace(b))}}
+	const block = 1000
+	pairs := func(sd *side) {
+		for range block {
+			r, err := sd.b.Acquire(ctxT(b), driver.AcquireRequest{ID: sd.id, Names: []string{"x"}})
+			if err != nil || r.Results[0].Token == 0 {
+				b.Fatalf("%s acquire: %+v, %v", sd.name, r, err)
+			}
+			if err := sd.b.Release(ctxT(b), driver.ReleaseRequest{ID: sd.id, Leases: []driver.Lease{{Name: "x", Token: r.Results[0].Token}}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	usec := func() float64 {
+		st, err := admin.Info(ctxT(b), "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var total float64
+		for _, l := range strings.Split(st, "\r\n") {
+			if !strings.HasPrefix(l, "cmdstat_evalsha:") && !strings.HasPrefix(l, "cmdstat_fcall:") {
+				continue
+			}
+			for _, f := range strings.Split(l[strings.IndexByte(l, ':')+1:], ",") {
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					x, _ := strconv.ParseFloat(v, 64)
+					total += x
+				}
+			}
+		}
+		return total
+	}
+	for _, sd := range sides {
+		r, err := sd.b.Open(ctxT(b), driver.OpenRequest{LeaseDuration: 30 * time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		sd.id = r.ID
+		pairs(sd) // warm: the function's library loaded, its run_id cached
+	}
+	b.ResetTimer()
+	for range b.N {
+		for _, sd := range sides {
+			if err := admin.ConfigResetStat(ctxT(b)).Err(); err != nil {
+				b.Fatal(err)
+			}
+			pairs(sd)
+			sd.usec += usec()
+		}
+	}
+	for _, sd := range sides {
+		b.ReportMetric(sd.usec/float64(b.N*block), sd.name+"-server-us/pair")
 	}
 }
