@@ -258,8 +258,10 @@ type Broadcaster interface {
 	// Subscribe starts delivering notices to fn, which must not block, until
 	// the returned stop function is called. stop waits until fn will not be
 	// called again. The subscription covers at least every name that a
-	// failed Acquire of the same Backend value asked for; backends that
-	// broadcast to the whole namespace deliver more, and the engine ignores
-	// names it does not want.
+	// failed Acquire of the same Backend value asked for and the backend
+	// answered as held by another session (a call that failed before it
+	// reached the backend may be answered only by the next attempt);
+	// backends that broadcast to the whole namespace deliver more, and the
+	// engine ignores names it does not want.
 	Subscribe(fn func(Notice)) (stop func(), err error)
 }
