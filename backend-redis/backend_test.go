@@ -420,7 +420,7 @@ func (ch notices) await(t *testing.T, what string, match func(driver.Notice) boo
 
 // waitFor makes a session of b ask for names held by another session and
 // be refused, so that their next release or close publishes them (ADR
-// 0141: a release nobody waits for sends no notice).
+// 0147: a release nobody waits for sends no notice).
 func waitFor(t *testing.T, b *redissimba.Backend, names ...string) {
 	t.Helper()
 	w := open(t, b, 5*time.Second)

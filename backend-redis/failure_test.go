@@ -248,3 +248,41 @@ func TestFailureFailoverToStaleReplica(t *testing.T) {
 		t.Fatalf("token after failover to a stale replica = %d, want > %d (last token of the old primary)", got, last)
 	}
 }
+
+// TestFailureRefusalWhileRedisRefusesWrites: a server over maxmemory with
+// noeviction (the policy CheckServer asks for) refuses a script's first
+// write, and a function's call whole (ADR 0148: it declares no flags). A
+// refused Acquire wrote nothing before ADR 0147; its waited-for mark is
+// now its only write, and must not turn "held by another session" into an
+// OOM error (lock.TryAcquire would fail with a server error instead of
+// ErrNotAcquired while the holder renews fine). The holder's renewal and
+// release still run. The same with too few replicas for
+// min-replicas-to-write (NOREPLICAS), where the holder cannot renew.
+func TestFailureRefusalWhileRedisRefusesWrites(t *testing.T) {
+	s := startServer(t, "--maxmemory-policy", "noeviction")
+	c := s.client(s.addr())
+	b := newBackend(t, c, namespace(t))
+	a := open(t, b, 30*time.Second)
+	tok := acquire(t, b, a, "x")[0]
+	w := open(t, b, 30*time.Second)
+	if err := c.ConfigSet(ctxT(t), "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.Acquire(ctxT(t), driver.AcquireRequest{ID: w, Names: []string{"x"}})
+	if err != nil || len(r.Results) != 1 || r.Results[0].Token != 0 || r.Results[0].Err != nil {
+		t.Fatalf("Acquire of x, held by a live session, on a server over maxmemory = %+v, %v; want refused (token 0) without an error", r, err)
+	}
+	renew(t, b, a, 0)
+	release(t, b, a, "x", tok)
+	if err := c.ConfigSet(ctxT(t), "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, b, a, "y")
+	if err := c.ConfigSet(ctxT(t), "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r, err = b.Acquire(ctxT(t), driver.AcquireRequest{ID: w, Names: []string{"y"}})
+	if err != nil || len(r.Results) != 1 || r.Results[0].Token != 0 || r.Results[0].Err != nil {
+		t.Fatalf("Acquire of y, held by a live session, on a server without the replicas min-replicas-to-write asks = %+v, %v; want refused (token 0) without an error", r, err)
+	}
+}

@@ -97,8 +97,27 @@ func (b *Backend) runAcquire(ctx context.Context, keys []string, args ...any) *r
 		// Redis before 7, or an ACL without FCALL: nothing ran.
 		b.noFunctions.Store(true)
 		return b.run(ctx, acquireScript, keys, args...)
+	case refusesWritesNow(err):
+		// A function declares no flags, so Redis counts FCALL as a write
+		// that may grow memory and refuses it before it runs while the
+		// server refuses writes. The script (EVAL, no flags) runs then and
+		// stops only at its first write: a refusal, whose mark it makes
+		// with pcall, is still answered, and a grant fails as it would.
+		return b.run(ctx, acquireScript, keys, args...)
 	}
 	return cmd
+}
+
+// refusesWritesNow reports whether err is the server refusing a write
+// command before running it, for a while: over maxmemory with noeviction
+// (OOM), too few replicas for min-replicas-to-write (NOREPLICAS), a failed
+// snapshot with stop-writes-on-bgsave-error (MISCONF).
+func refusesWritesNow(err error) bool {
+	if !isRedisError(err) {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "OOM ") || strings.HasPrefix(msg, "NOREPLICAS ") || strings.HasPrefix(msg, "MISCONF ")
 }
 
 // refusesFunctions reports whether err is the server refusing FCALL or

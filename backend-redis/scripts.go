@@ -94,6 +94,11 @@ return {ttl, v, redis.call('HGETALL', KEYS[1])}
 // publishes (ADR 0147): every refused Acquire is followed by a notice at
 // the name's next release or close, and a release nobody waits for sends
 // none. A grant leaves the mark alone (another waiter may still wait).
+// The mark is the only write of a refusal, so it is made with pcall: a
+// server that refuses writes (over maxmemory with noeviction, too few
+// replicas for min-replicas-to-write, a failed snapshot with
+// stop-writes-on-bgsave-error) must still answer "held", as it did when a
+// refusal wrote nothing; the waiter then finds the release on its tick.
 //
 // A lease is taken when it has no owner or its owner's session key is gone
 // (expired on the Redis clock, closed, or lost with the data). The token is
@@ -151,7 +156,9 @@ for i = 1, n do
   end
   last[i] = cur[2]
 end
-for _, i in ipairs(mark) do redis.call('HSET', KEYS[3 + i], 'w', '1') end
+-- pcall: the mark is a hint; a server that refuses writes (over
+-- maxmemory, NOREPLICAS, MISCONF) still answers the refusal.
+for _, i in ipairs(mark) do redis.pcall('HSET', KEYS[3 + i], 'w', '1') end
 if #take == 0 then return out end
 local fields = {}
 for _, i in ipairs(take) do
