@@ -18,6 +18,14 @@ import (
 // is its own Backend value.
 func TestConformance(t *testing.T) { runKit(t, false) }
 
+// TestConformanceMixedRoutines runs the kit with every second client
+// calling the version 3 routines (acquire_v2, release_v2), as a process on
+// MySQL or one not yet upgraded to schema version 4 does, beside clients
+// calling the version 4 ones under SET STATEMENT (ADR 0144): a rolling
+// upgrade on MariaDB. Without it nothing ran the version 3 routines under
+// this code any more (the test server is MariaDB).
+func TestConformanceMixedRoutines(t *testing.T) { runKitWith(t, false, true) }
+
 // plantedEnv makes TestConformanceCatchesSkippedQuarantine's child run the
 // kit on clients whose acquire procedure skips the epoch check.
 const plantedEnv = "SIMBA_SQL_PLANTED_NO_QUARANTINE"
@@ -35,11 +43,16 @@ func TestConformanceCatchesSkippedQuarantine(t *testing.T) {
 
 // runKit runs the conformance kit; planted replaces each namespace's
 // acquire procedure by one without the quarantine (once per namespace).
-func runKit(t *testing.T, planted bool) {
+func runKit(t *testing.T, planted bool) { runKitWith(t, planted, false) }
+
+// runKitWith is runKit; mixed makes every second client call the version 3
+// routines (mysqlsimba.CallVersion3Routines).
+func runKitWith(t *testing.T, planted, mixed bool) {
 	const lease = 2 * time.Second
 	db := newDB(t, dsn(t), nil)
 	var mu sync.Mutex
 	prefixes := map[string]bool{}
+	clients := 0
 	t.Cleanup(func() {
 		for p := range prefixes {
 			dropSchema(t, db, p)
@@ -67,6 +80,13 @@ func runKit(t *testing.T, planted bool) {
 				}
 			}
 			t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+			if clients++; mixed && clients%2 == 0 {
+				// The first call detects the server; then switch.
+				if _, err := b.Inspect(t.Context(), driver.InspectRequest{Names: []string{"x"}}); err != nil {
+					t.Fatalf("first call: %v", err)
+				}
+				mysqlsimba.CallVersion3Routines(b)
+			}
 			return b
 		},
 		Lease: lease,
