@@ -74,10 +74,14 @@ func PollEvery(d time.Duration) ObserveOption {
 // a new term, another session or owner, or nobody. It looks again at once
 // when the backend pushes a release notice and polls otherwise, so a
 // change can go unseen for up to the poll period, and a holder that came
-// and went between two looks is never reported. Changes are not queued for
-// a slow reader: it gets the state current when it reads next. A failed
-// look is retried at the next poll, the last observation standing
-// meanwhile. The channel is closed when ctx ends or the session closes.
+// and went between two looks is never reported. A backend may push only
+// the releases a candidate waits for (Redis publishes a release only when
+// an Acquire was refused the name since its last notice, ADR 0147), so the
+// step-down of a holder nobody competes with is seen at the next poll.
+// Changes are not queued for a slow reader: it gets the state current when
+// it reads next. A failed look is retried at the next poll, the last
+// observation standing meanwhile. The channel is closed when ctx ends or
+// the session closes.
 //
 // Observe fails at once, like [LeaderOf], for an invalid name or a backend
 // that cannot inspect.
