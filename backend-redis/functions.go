@@ -122,15 +122,25 @@ func refusesWritesNow(err error) bool {
 
 // refusesFunctions reports whether err is the server refusing FCALL or
 // FUNCTION LOAD for good: a Redis before 7 (unknown command) or an ACL
-// (NOPERM). Errors inside the function name other commands, and
-// transient answers (LOADING, BUSY, TRYAGAIN) are not refusals.
+// (NOPERM), naming the command in quotes ('fcall', `FUNCTION`,
+// 'function|load'). An error inside the function names another command
+// (and ends with "on @user_function", unquoted), and transient answers
+// (LOADING, BUSY, TRYAGAIN) are not refusals: such a call may have
+// written, so it is never run again as the script.
 func refusesFunctions(err error) bool {
 	if !isRedisError(err) {
 		return false
 	}
 	msg := strings.ToLower(err.Error())
-	return strings.HasPrefix(msg, "noperm") ||
-		strings.HasPrefix(msg, "err unknown command") && (strings.Contains(msg, "fcall") || strings.Contains(msg, "function"))
+	if !strings.HasPrefix(msg, "noperm") && !strings.HasPrefix(msg, "err unknown command") {
+		return false
+	}
+	for _, q := range []string{"'fcall'", "`fcall`", "'function", "`function"} {
+		if strings.Contains(msg, q) {
+			return true
+		}
+	}
+	return false
 }
 
 // loadAcquire loads the acquire library on the node serving key. Another

@@ -118,3 +118,35 @@ func TestValidID(t *testing.T) {
 		}
 	}
 }
+
+// redisErr is an answer of the server, as go-redis reports one.
+type redisErr string
+
+func (e redisErr) Error() string { return string(e) }
+func (redisErr) RedisError()     {}
+
+// Only the server refusing FCALL or FUNCTION LOAD itself turns the acquire
+// function off; an error from inside the function (which may have
+// written) never makes the backend run the call again as the script.
+func TestRefusesFunctions(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{redisErr("ERR unknown command 'FCALL', with args beginning with: 'simba_acquire_x' '4' "), true},   // Redis 7 syntax, e.g. a proxy
+		{redisErr("ERR unknown command `FCALL`, with args beginning with: `simba_acquire_x`, `4`, "), true}, // Redis 6.2
+		{redisErr("ERR unknown command 'FUNCTION'"), true},
+		{redisErr("NOPERM this user has no permissions to run the 'fcall' command"), true},
+		{redisErr("NOPERM this user has no permissions to run the 'function|load' command"), true},
+		{redisErr("NOPERM this user has no permissions to run the 'zadd' command script: a, on @user_function:42."), false},
+		{redisErr("ERR unknown command 'BOGUS' script: a, on @user_function:42."), false},
+		{redisErr("ERR Function not found"), false},
+		{redisErr("LOADING Redis is loading the dataset in memory"), false},
+		{redisErr("SIMBA_NO_RUN_ID INFO server shows no run_id"), false},
+		{errors.New("dial tcp: connection refused 'fcall'"), false}, // not an answer of the server
+	} {
+		if got := refusesFunctions(c.err); got != c.want {
+			t.Errorf("refusesFunctions(%q) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
