@@ -110,6 +110,28 @@ func mariadbSetup(ctx context.Context, ns string) (*backend, error) {
 		cl.run()
 		return nil, err
 	}
+	// The same namespace through a Notifier (ADR 0145): its grants take
+	// the name's wake-up hint, and a refused Acquire waits for it.
+	nb, err := mysqlsimba.NewNotifier(ctx, db, mysqlsimba.WithNamespace(ns))
+	if err != nil {
+		cl.run()
+		return nil, err
+	}
+	cl.add(func() { _ = nb.Shutdown(context.Background()) })
+	np, closeNP, err := simbaPair(ctx, nb, "npair")
+	if err != nil {
+		cl.run()
+		return nil, err
+	}
+	cl.add(closeNP)
+	np.name += " (Notifier)"
+	nh, closeNH, err := simbaHandover(ctx, nb, "nhandover", deadline.Config{LeaseDuration: 2 * time.Second})
+	if err != nil {
+		cl.run()
+		return nil, err
+	}
+	cl.add(closeNH)
+	nh.name += " (Notifier)"
 	raw := func(ctx context.Context) error {
 		if _, err := upsert.ExecContext(ctx, "raw", "s", 1); err != nil {
 			return err
@@ -120,9 +142,9 @@ func mariadbSetup(ctx context.Context, ns string) (*backend, error) {
 	return &backend{
 		title:     "MariaDB",
 		raw:       "single-row upsert + delete, prepared, autocommit",
-		pairs:     append([]pairCase{{"raw", raw}}, simba...),
-		handovers: []handoverCase{simbaH},
-		notes:     []string{"go-sql-driver/mysql, one database/sql pool shared by every case; no Go peer library locks on MariaDB with leases. The handover sessions use a 2 s lease: B polls on its candidate tick (no release notice on MariaDB)."},
+		pairs:     append([]pairCase{{"raw", raw}}, append(simba, np)...),
+		handovers: []handoverCase{simbaH, nh},
+		notes:     []string{"go-sql-driver/mysql, one database/sql pool shared by every case; no Go peer library locks on MariaDB with leases. The handover sessions use a 2 s lease. A `mysqlsimba.Backend`'s B polls on its candidate tick (no release notice); a `mysqlsimba.Notifier`'s B waits in `GET_LOCK` on the name's wake-up hint, which A's Notifier holds from its grant until its release has committed (ADR 0145)."},
 		close:     cl.run,
 	}, nil
 }

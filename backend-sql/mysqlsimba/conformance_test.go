@@ -18,13 +18,17 @@ import (
 // is its own Backend value.
 func TestConformance(t *testing.T) { runKit(t, false) }
 
+// TestConformanceNotifier runs the kit against Notifiers, which push
+// release notices (ADR 0145): the kit's BroadcastOnRelease case too.
+func TestConformanceNotifier(t *testing.T) { runKitWith(t, false, false, true) }
+
 // TestConformanceMixedRoutines runs the kit with every second client
 // calling the version 3 routines (acquire_v2, release_v2), as a process on
 // MySQL or one not yet upgraded to schema version 4 does, beside clients
 // calling the version 4 ones under SET STATEMENT (ADR 0144): a rolling
 // upgrade on MariaDB. Without it nothing ran the version 3 routines under
 // this code any more (the test server is MariaDB).
-func TestConformanceMixedRoutines(t *testing.T) { runKitWith(t, false, true) }
+func TestConformanceMixedRoutines(t *testing.T) { runKitWith(t, false, true, false) }
 
 // plantedEnv makes TestConformanceCatchesSkippedQuarantine's child run the
 // kit on clients whose acquire procedure skips the epoch check.
@@ -43,11 +47,12 @@ func TestConformanceCatchesSkippedQuarantine(t *testing.T) {
 
 // runKit runs the conformance kit; planted replaces each namespace's
 // acquire procedure by one without the quarantine (once per namespace).
-func runKit(t *testing.T, planted bool) { runKitWith(t, planted, false) }
+func runKit(t *testing.T, planted bool) { runKitWith(t, planted, false, false) }
 
 // runKitWith is runKit; mixed makes every second client call the version 3
-// routines (mysqlsimba.CallVersion3Routines).
-func runKitWith(t *testing.T, planted, mixed bool) {
+// routines (mysqlsimba.CallVersion3Routines); notifier makes every client a
+// Notifier.
+func runKitWith(t *testing.T, planted, mixed, notifier bool) {
 	const lease = 2 * time.Second
 	db := newDB(t, dsn(t), nil)
 	var mu sync.Mutex
@@ -64,7 +69,17 @@ func runKitWith(t *testing.T, planted, mixed bool) {
 			defer mu.Unlock()
 			seen := prefixes[namespace]
 			prefixes[namespace] = true
-			b, err := mysqlsimba.New(t.Context(), db, mysqlsimba.WithNamespace(namespace), mysqlsimba.WithMaxLease(lease))
+			opts := []mysqlsimba.Option{mysqlsimba.WithNamespace(namespace), mysqlsimba.WithMaxLease(lease)}
+			var b *mysqlsimba.Backend
+			var nb *mysqlsimba.Notifier
+			var err error
+			if notifier {
+				if nb, err = mysqlsimba.NewNotifier(t.Context(), db, opts...); err == nil {
+					b = nb.Backend
+				}
+			} else {
+				b, err = mysqlsimba.New(t.Context(), db, opts...)
+			}
 			if err != nil {
 				t.Fatalf("mysqlsimba.New(%q): %v", namespace, err)
 			}
@@ -79,6 +94,10 @@ func runKitWith(t *testing.T, planted, mixed bool) {
 					t.Fatalf("planting the bug: %v", err)
 				}
 			}
+			if nb != nil {
+				t.Cleanup(func() { _ = nb.Shutdown(context.Background()) })
+				return nb
+			}
 			t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
 			if clients++; mixed && clients%2 == 0 {
 				// The first call detects the server; then switch.
@@ -92,7 +111,7 @@ func runKitWith(t *testing.T, planted, mixed bool) {
 		Lease: lease,
 		// The cap, and so the quarantine after a loss (ADR 0130, 0135).
 		MaxLease: lease,
-		Polls:    true, // MySQL has no LISTEN/NOTIFY: candidates poll
+		Polls:    !notifier, // a Backend's candidates poll; a Notifier's hear of releases
 		// Data loss on SQL: the tables emptied. The quarantine follows,
 		// then tokens keep rising.
 		LoseData: func(t *testing.T) {

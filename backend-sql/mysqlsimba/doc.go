@@ -9,9 +9,13 @@
 // The client never compares its clock with a database timestamp: a renewal
 // answers the remaining duration, computed in SQL.
 //
-// MySQL has no LISTEN/NOTIFY, so this backend does not implement
+// MySQL has no LISTEN/NOTIFY, so a [Backend] does not implement
 // driver.Broadcaster: candidates poll (every renewInterval/2 plus jitter),
-// as the specification says for SQL.
+// as the specification says for SQL. A [Notifier] ([NewNotifier]) does, on
+// MariaDB: its grants hold a per-name named lock (GET_LOCK) until the
+// release commits, and its refused acquisitions wait on it, so a
+// candidate hears of a release in about a round trip (ADR 0145). The
+// named lock is a wake-up hint only; the leases table alone grants.
 //
 // Tokens rise strictly per name and survive releases (a released lease
 // keeps its row and token) and even an emptied table (new rows start from

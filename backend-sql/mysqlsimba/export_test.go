@@ -53,9 +53,17 @@ func AcquireWithoutQuarantine(prefix string) ([]string, error) {
 // SchemaVersion is the schema version this code needs.
 const SchemaVersion = schemaVersion
 
+// Namespace is b's namespace.
+func (b *Backend) Namespace() string { return b.prefix }
+
+// HintSQL is the SQL expression of name's wake-up hint (ADR 0145) for the
+// argument HintArg(prefix, name), on a connection to the namespace's
+// database.
+const HintSQL = hintSQL
+
+// HintArg is the argument of HintSQL for name in namespace prefix.
+func HintArg(prefix, name string) string { return prefix + ":" + name }
+
 // CallVersion3Routines makes b call acquire_v2 and release_v2, as on
 // MySQL, after its first call has run.
 func CallVersion3Routines(b *Backend) { b.mariadb = false }
-
-// Namespace is b's namespace.
-func (b *Backend) Namespace() string { return b.prefix }

@@ -61,7 +61,8 @@ func WithoutSchemaCreation() Option { return func(c *config) { c.createSchema = 
 
 // Backend is a [driver.Backend] on MySQL or MariaDB. It does not broadcast
 // releases: candidates find free leases by polling, as the specification
-// says for SQL. It is safe for concurrent use and may serve many sessions.
+// says for SQL ([Notifier] is the one that does, on MariaDB). It is safe
+// for concurrent use and may serve many sessions.
 type Backend struct {
 	core         core.Backend
 	db           *sql.DB
@@ -80,6 +81,9 @@ type Backend struct {
 	// bound in seconds (SET STATEMENT takes a literal only), prepared
 	// when first needed; guarded by mu.
 	bound map[int64]*boundStmts
+	// notify is the release notices' state of a Notifier (ADR 0145); nil
+	// for a Backend.
+	notify *notifier
 }
 
 // boundStmts are acquire_v3 and release_v3 under one SET STATEMENT bound.
@@ -167,11 +171,8 @@ func (b *Backend) ready(ctx context.Context) error {
 // at least 1), or nil when the version 3 routines are to be called: on
 // MySQL, or for a bound over maxBoundS.
 func (b *Backend) boundFor(ctx context.Context, waitMS int64) (*boundStmts, error) {
-	if !b.mariadb {
-		return nil, nil
-	}
-	n := max(1, waitMS/1000)
-	if n > maxBoundS {
+	n, ok := b.boundS(waitMS)
+	if !ok {
 		return nil, nil
 	}
 	b.mu.Lock()
@@ -180,16 +181,13 @@ func (b *Backend) boundFor(ctx context.Context, waitMS int64) (*boundStmts, erro
 	if bs != nil || shut {
 		return bs, nil // after Shutdown, the closed version 3 statements answer
 	}
-	nb := &boundStmts{}
-	for _, p := range []struct {
-		dst  **sql.Stmt
-		text string
-	}{{&nb.acquire, b.q.acquireBound}, {&nb.release, b.q.releaseBound}} {
-		var err error
-		if *p.dst, err = b.db.PrepareContext(ctx, fmt.Sprintf(p.text, n)); err != nil {
-			nb.close()
-			return nil, err
-		}
+	acquireHint := 0
+	if b.notify != nil {
+		acquireHint = hintReport // a Notifier's calls through the pool
+	}
+	nb, err := b.q.prepareBound(ctx, b.db, n, acquireHint, 0)
+	if err != nil {
+		return nil, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -201,6 +199,33 @@ func (b *Backend) boundFor(ctx context.Context, waitMS int64) (*boundStmts, erro
 		b.bound = map[int64]*boundStmts{}
 	}
 	b.bound[n] = nb
+	return nb, nil
+}
+
+// boundS is the lock-wait bound in seconds of a call of waitMS, and
+// whether the version 4 routines are called with it (see boundFor).
+func (b *Backend) boundS(waitMS int64) (int64, bool) {
+	n := max(1, waitMS/1000)
+	return n, b.mariadb && n <= maxBoundS
+}
+
+// preparer is a *sql.DB or a *sql.Conn.
+type preparer interface {
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+}
+
+// prepareBound prepares acquire_v3 and release_v3 under the bound of n
+// seconds, with the hint arguments given.
+func (q queries) prepareBound(ctx context.Context, p preparer, n int64, acquireHint, releaseHint int) (*boundStmts, error) {
+	nb := &boundStmts{}
+	var err error
+	if nb.acquire, err = p.PrepareContext(ctx, fmt.Sprintf(q.acquireBound, n, acquireHint)); err == nil {
+		nb.release, err = p.PrepareContext(ctx, fmt.Sprintf(q.releaseBound, n, releaseHint))
+	}
+	if err != nil {
+		nb.close()
+		return nil, err
+	}
 	return nb, nil
 }
 
@@ -216,7 +241,8 @@ func (bs *boundStmts) close() {
 type queries struct {
 	open, renew, acquire, release, closeID string
 	inspect, version                       string
-	// acquireBound and releaseBound take the bound in seconds (%d).
+	// acquireBound and releaseBound take the bound in seconds and the
+	// hint argument (ADR 0145: 0 for a Backend), both %d.
 	acquireBound, releaseBound string
 }
 
@@ -238,8 +264,8 @@ func newQueries(prefix string) (queries, error) {
 		{&q.acquire, "CALL {p}_acquire_v2(?, ?, ?, ?)"},
 		{&q.release, "CALL {p}_release_v2(?, ?, ?, ?)"},
 		{&q.closeID, "CALL {p}_close_v2(?, ?)"},
-		{&q.acquireBound, "SET STATEMENT innodb_lock_wait_timeout = %d FOR CALL {p}_acquire_v3(?, ?, ?)"},
-		{&q.releaseBound, "SET STATEMENT innodb_lock_wait_timeout = %d FOR CALL {p}_release_v3(?, ?, ?)"},
+		{&q.acquireBound, "SET STATEMENT innodb_lock_wait_timeout = %d FOR CALL {p}_acquire_v3(?, ?, ?, %d)"},
+		{&q.releaseBound, "SET STATEMENT innodb_lock_wait_timeout = %d FOR CALL {p}_release_v3(?, ?, ?, %d)"},
 		{&q.inspect, inspectSQL},
 		{&q.version, "SELECT version, compatible_from FROM {p}_schema WHERE id = 1"},
 	} {
@@ -440,7 +466,15 @@ func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.Open
 // Renew implements [driver.Backend] in one call, whatever the number of
 // leases; the owned leases are listed only when their version changed.
 func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.RenewReply, error) {
-	return b.core.Renew(ctx, req)
+	rep, err := b.core.Renew(ctx, req)
+	switch {
+	case b.notify == nil:
+	case errors.Is(err, driver.ErrExpired):
+		b.notify.forget(ctx, string(req.ID)) // its leases are others' to take now
+	case err == nil && rep.Full:
+		b.notify.keepOnly(ctx, string(req.ID), rep.Leases)
+	}
+	return rep, err
 }
 
 // Acquire implements [driver.Backend] in one call for the whole batch.
@@ -584,6 +618,20 @@ func (s store) Renew(ctx context.Context, id string, known uint64, waitMS int64)
 // session has expired.
 func (s store) Acquire(ctx context.Context, id string, names []string, quarantineUS, waitMS int64) (core.AcquireResult, bool, error) {
 	var out string
+	var err error
+	if n := s.b.notify; n != nil && len(names) == 1 {
+		if bound, ok := s.b.boundS(waitMS); ok {
+			// On the hint connection, which takes the name's hint if
+			// it grants it (ADR 0145).
+			err = n.onHintConn(ctx, bound, func(bs *boundStmts) error {
+				return bs.acquire.QueryRowContext(ctx, id, names[0], quarantineUS).Scan(&out)
+			})
+			if err == nil {
+				n.granted(id, names[0], out)
+			}
+			return s.acquireResult(out, err, names)
+		}
+	}
 	bs, err := s.b.boundFor(ctx, waitMS)
 	if err != nil {
 		return core.AcquireResult{}, false, err
@@ -593,6 +641,13 @@ func (s store) Acquire(ctx context.Context, id string, names []string, quarantin
 	} else {
 		err = s.b.stmts.acquire.QueryRowContext(ctx, id, joinNames(names), quarantineUS, waitMS).Scan(&out)
 	}
+	return s.acquireResult(out, err, names)
+}
+
+// acquireResult reads an acquire routine's answer (see Acquire). A name
+// answered "w" (refused, its wake-up hint held, ADR 0145) is refused:
+// token 0, and a Notifier waits for the hint.
+func (s store) acquireResult(out string, err error, names []string) (core.AcquireResult, bool, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return core.AcquireResult{}, false, nil
 	}
@@ -606,7 +661,7 @@ func (s store) Acquire(ctx context.Context, id string, names []string, quarantin
 		}
 		return core.AcquireResult{QuarantineUS: us}, true, nil
 	}
-	if len(names) == 1 { // the usual case: no split
+	if len(names) == 1 && out != "w" { // the usual case: no split
 		tok, err := strconv.ParseUint(out, 10, 64)
 		if err != nil {
 			return core.AcquireResult{}, false, fmt.Errorf("%w: token %q: %v", core.ErrBadReply, out, err)
@@ -619,6 +674,12 @@ func (s store) Acquire(ctx context.Context, id string, names []string, quarantin
 	}
 	tokens := make([]uint64, len(parts))
 	for i, p := range parts {
+		if p == "w" {
+			if s.b.notify != nil {
+				s.b.notify.wait(names[i])
+			}
+			continue // token 0
+		}
 		if tokens[i], err = strconv.ParseUint(p, 10, 64); err != nil {
 			return core.AcquireResult{}, false, fmt.Errorf("%w: token %q: %v", core.ErrBadReply, p, err)
 		}
@@ -626,10 +687,31 @@ func (s store) Acquire(ctx context.Context, id string, names []string, quarantin
 	return core.AcquireResult{Tokens: tokens}, true, nil
 }
 
-func (s store) Release(ctx context.Context, id string, leases []driver.Lease, waitMS int64) error {
+func (s store) Release(ctx context.Context, id string, leases []driver.Lease, waitMS int64) (err error) {
 	bs, err := s.b.boundFor(ctx, waitMS)
 	if err != nil {
 		return err
+	}
+	if n := s.b.notify; n != nil {
+		if bound, ok := s.b.boundS(waitMS); ok && len(leases) == 1 {
+			// On the hint connection: the routine gives the hint back
+			// once the release has committed.
+			err = n.onHintConn(ctx, bound, func(bs *boundStmts) error {
+				_, err := bs.release.ExecContext(ctx, id, leases[0].Name, strconv.FormatUint(leases[0].Token, 10))
+				return err
+			})
+			if err == nil {
+				n.released(id, leases[0].Name)
+			}
+			return err
+		}
+		defer func() {
+			if err == nil {
+				for _, l := range leases {
+					n.giveBack(ctx, id, l.Name)
+				}
+			}
+		}()
 	}
 	if len(leases) == 1 { // the usual case: no builders
 		if bs != nil {
@@ -658,6 +740,9 @@ func (s store) Release(ctx context.Context, id string, leases []driver.Lease, wa
 
 func (s store) Close(ctx context.Context, id string, waitMS int64) error {
 	_, err := s.b.stmts.closeID.ExecContext(ctx, id, waitMS)
+	if n := s.b.notify; n != nil && err == nil {
+		n.forget(ctx, id) // the session's hints, once its leases are free
+	}
 	return err
 }
 

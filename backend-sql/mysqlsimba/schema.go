@@ -599,7 +599,7 @@ UPDATE {p}_schema SET version = 3, compatible_from = 1 WHERE id = 1`},
 	// without walking the list. Nothing else changes: version 3 code keeps
 	// running beside it.
 	3: {`
-CREATE PROCEDURE IF NOT EXISTS {p}_acquire_v3(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_names LONGTEXT CHARACTER SET ascii COLLATE ascii_bin, IN p_quarantine_us BIGINT)
+CREATE PROCEDURE IF NOT EXISTS {p}_acquire_v3(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_names LONGTEXT CHARACTER SET ascii COLLATE ascii_bin, IN p_quarantine_us BIGINT, IN p_hint INT)
 BEGIN
     DECLARE v_pos BIGINT DEFAULT 1;
     DECLARE v_end BIGINT;
@@ -615,7 +615,14 @@ BEGIN
     DECLARE v_tried INT DEFAULT 0;
     DECLARE v_until DATETIME(6) DEFAULT NULL;
     DECLARE v_out LONGTEXT CHARACTER SET ascii COLLATE ascii_bin DEFAULT '';
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    DECLARE v_hint VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin DEFAULT NULL;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+        ROLLBACK;
+        IF v_hint IS NOT NULL THEN
+            DO RELEASE_LOCK(v_hint);
+        END IF;
+        RESIGNAL;
+    END;
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
     -- As acquire_v2 (see its comments and acquire_v1's). The lock waits
@@ -623,6 +630,15 @@ BEGIN
     -- lease was released is taken by the first statement, as in the loop
     -- below; if that finds no released row, the loop goes on from the
     -- locking read.
+    --
+    -- p_hint (ADR 0145; 0 from a Backend): bit 2 answers "w" instead of
+    -- "0" for a name refused while another connection holds its wake-up
+    -- hint, the named lock simba:<sha1 of "<database>/{p}:<name>"> (named
+    -- locks are the server's, not a database's); bit 1 (a
+    -- Notifier's call of one name, on its hint connection) takes that
+    -- named lock for a name it grants, before the commit, so that any
+    -- acquire refused the name afterwards finds it held. The hint is never
+    -- the lease: only the rows grant.
     IF LOCATE(',', p_names) = 0 THEN
         SET v_name = p_names;
         UPDATE {p}_leases SET session_id = p_id, held = 1,
@@ -684,7 +700,11 @@ BEGIN
                 SET v_token = 0;
             END IF;
         END IF;
-        SET v_out = CONCAT(v_out, IF(v_out = '', '', ','), v_token);
+        IF v_token = 0 AND p_hint & 2 AND IS_USED_LOCK(CONCAT('simba:', SHA1(CONCAT(DATABASE(), '/{p}:', v_name)))) IS NOT NULL THEN
+            SET v_out = CONCAT(v_out, IF(v_out = '', '', ','), 'w');
+        ELSE
+            SET v_out = CONCAT(v_out, IF(v_out = '', '', ','), v_token);
+        END IF;
     END WHILE;
     IF v_check = 1 THEN
         SELECT COUNT(*) INTO v_ok FROM {p}_epoch e JOIN {p}_leases ml ON ml.name = '~epoch' JOIN {p}_sessions ms ON ms.id = '~epoch'
@@ -720,11 +740,19 @@ BEGIN
             SELECT CONCAT('0', REPEAT(',0', CHAR_LENGTH(p_names) - CHAR_LENGTH(REPLACE(p_names, ',', '')))) AS tokens;
         END IF;
     ELSE
+        IF p_hint & 1 AND LOCATE(',', p_names) = 0 AND v_won = 1 THEN
+            SET v_hint = CONCAT('simba:', SHA1(CONCAT(DATABASE(), '/{p}:', p_names)));
+            IF IS_USED_LOCK(v_hint) IS NULL THEN
+                DO GET_LOCK(v_hint, 0);
+            ELSE
+                SET v_hint = NULL; -- ours already, or another's: not taken
+            END IF;
+        END IF;
         COMMIT;
         SELECT v_out AS tokens;
     END IF;
 END`, `
-CREATE PROCEDURE IF NOT EXISTS {p}_release_v3(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_names LONGTEXT CHARACTER SET ascii COLLATE ascii_bin, IN p_tokens LONGTEXT CHARACTER SET ascii COLLATE ascii_bin)
+CREATE PROCEDURE IF NOT EXISTS {p}_release_v3(IN p_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_names LONGTEXT CHARACTER SET ascii COLLATE ascii_bin, IN p_tokens LONGTEXT CHARACTER SET ascii COLLATE ascii_bin, IN p_hint INT)
 BEGIN
     DECLARE v_pos BIGINT DEFAULT 1;
     DECLARE v_tpos BIGINT DEFAULT 1;
@@ -735,7 +763,10 @@ BEGIN
     DECLARE v_n INT DEFAULT 0;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     -- As release_v2; the lock waits are bounded by the caller's SET
-    -- STATEMENT.
+    -- STATEMENT. p_hint 1 (a Notifier's release of one lease, on its hint
+    -- connection): once the release has committed, the name's wake-up
+    -- hint is given back (a no-op unless this connection holds it), which
+    -- wakes the acquires waiting for it (ADR 0145).
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
     IF p_names <> '' AND LOCATE(',', p_names) = 0 THEN
@@ -765,6 +796,9 @@ BEGIN
         UPDATE {p}_sessions SET version = version + 1 WHERE id = p_id;
     END IF;
     COMMIT;
+    IF p_hint = 1 AND v_n > 0 AND LOCATE(',', p_names) = 0 THEN
+        DO RELEASE_LOCK(CONCAT('simba:', SHA1(CONCAT(DATABASE(), '/{p}:', p_names))));
+    END IF;
 END`, `
 UPDATE {p}_schema SET version = 4, compatible_from = 1 WHERE id = 1`},
 }

@@ -417,11 +417,35 @@ var catalogue = []Mutation{
 	// caller's SET STATEMENT (ADR 0144); without it a call waits for
 	// InnoDB's default of 50 s.
 	{Name: "sql-my-acquire-unbounded", File: "backend-sql/mysqlsimba/mysqlsimba.go",
-		Old: `"SET STATEMENT innodb_lock_wait_timeout = %d FOR CALL {p}_acquire_v3(?, ?, ?)"`, New: `"CALL {p}_acquire_v3(?, ?, ?) -- %d"`,
+		Old: `"SET STATEMENT innodb_lock_wait_timeout = %d FOR CALL {p}_acquire_v3(?, ?, ?, %d)"`, New: `"CALL {p}_acquire_v3(?, ?, ?, %[2]d) -- %[1]d"`,
 		Catch:   "backend-sql mysqlsimba TestBackend/AbandonedCallEndsInTheDatabase/Acquire (the abandoned Acquire still waits in the database)",
 		Modules: []string{"backend-sql/mysqlsimba"}, Run: "TestBackend/AbandonedCallEndsInTheDatabase"},
 	{Name: "sql-my-release-unbounded", File: "backend-sql/mysqlsimba/mysqlsimba.go",
-		Old: `"SET STATEMENT innodb_lock_wait_timeout = %d FOR CALL {p}_release_v3(?, ?, ?)"`, New: `"CALL {p}_release_v3(?, ?, ?) -- %d"`,
+		Old: `"SET STATEMENT innodb_lock_wait_timeout = %d FOR CALL {p}_release_v3(?, ?, ?, %d)"`, New: `"CALL {p}_release_v3(?, ?, ?, %[2]d) -- %[1]d"`,
 		Catch:   "backend-sql mysqlsimba TestBackend/AbandonedCallEndsInTheDatabase/Release (the abandoned Release still waits in the database)",
 		Modules: []string{"backend-sql/mysqlsimba"}, Run: "TestBackend/AbandonedCallEndsInTheDatabase"},
+	// MariaDB release notices (ADR 0145): the wake-up hint a Notifier's
+	// grant takes, a refusal reports and a release or Close gives back.
+	// They change only when a candidate hears of a release (the leases
+	// table alone grants), so each is killed by a notice that never comes.
+	{Name: "sql-my-hint-not-taken", File: "backend-sql/mysqlsimba/schema.go",
+		Old: "                DO GET_LOCK(v_hint, 0);\n", New: "",
+		Catch:   "backend-sql mysqlsimba TestNotifierHandover (no connection holds the hint after a grant), TestConformanceNotifier/Promises/BroadcastOnRelease",
+		Modules: []string{"backend-sql/mysqlsimba"}, Run: "TestNotifier|TestConformanceNotifier"},
+	{Name: "sql-my-hint-not-reported", File: "backend-sql/mysqlsimba/schema.go",
+		Old: "IF v_token = 0 AND p_hint & 2 AND IS_USED_LOCK(", New: "IF FALSE AND IS_USED_LOCK(",
+		Catch:   "backend-sql mysqlsimba TestNotifierHandover (the refused Acquire starts no waiter: no notice after the release)",
+		Modules: []string{"backend-sql/mysqlsimba"}, Run: "TestNotifierHandover"},
+	{Name: "sql-my-hint-kept-after-release", File: "backend-sql/mysqlsimba/schema.go",
+		Old: "        DO RELEASE_LOCK(CONCAT('simba:', SHA1(CONCAT(DATABASE(), '/{p}:', p_names))));\n", New: "",
+		Catch:   "backend-sql mysqlsimba TestNotifierHandover (no notice after the release)",
+		Modules: []string{"backend-sql/mysqlsimba"}, Run: "TestNotifierHandover"},
+	{Name: "my-notifier-close-keeps-hints", File: "backend-sql/mysqlsimba/mysqlsimba.go",
+		Old: "\t\tn.forget(ctx, id) // the session's hints, once its leases are free\n", New: "",
+		Catch:   "backend-sql mysqlsimba TestConformanceNotifier/Promises/BroadcastOnRelease (no notice after the holder's Close)",
+		Modules: []string{"backend-sql/mysqlsimba"}, Run: "TestConformanceNotifier"},
+	{Name: "my-notifier-hint-conn-pooled", File: "backend-sql/mysqlsimba/notify.go",
+		Old: "\t_ = nt.hintConn.Raw(func(any) error { return sqldriver.ErrBadConn }) // discard it\n", New: "",
+		Catch:   "backend-sql mysqlsimba TestNotifierShutdownGivesHintsBack (the pooled connection still holds the hint)",
+		Modules: []string{"backend-sql/mysqlsimba"}, Run: "TestNotifierShutdownGivesHintsBack"},
 }
