@@ -599,7 +599,11 @@ func (s *Session) callAlone(alone bool, runner chan *inflight, op func(ctx conte
 // newCall arms a backend call's timeout and counts it for Close. Lock held.
 func (s *Session) newCall(parent context.Context, op func(ctx context.Context), reply func(timedOut bool), late func()) *inflight {
 	c := &inflight{s: s, op: op, reply: reply, late: late}
-	c.ctx, c.cancel = context.WithCancel(parent)
+	c.ctx.Context, c.cancel = context.WithCancel(parent)
+	c.ctx.deadline = s.env.Now().Add(s.renewEvery)
+	if dl, ok := parent.Deadline(); ok && dl.Before(c.ctx.deadline) {
+		c.ctx.deadline = dl
+	}
 	s.after(&c.t, s.renewEvery, c.timeout)
 	s.wg.Add(1)
 	return c
@@ -664,7 +668,7 @@ func (s *Session) waitRunning(ctx context.Context, name string, stop <-chan stru
 // with its reply, in one allocation.
 type inflight struct {
 	s        *Session
-	ctx      context.Context
+	ctx      callCtx
 	cancel   context.CancelFunc
 	t        timer
 	finished bool // reply ran (lock held)
@@ -673,7 +677,24 @@ type inflight struct {
 	late     func()
 }
 
-func (c *inflight) run() { c.op(c.ctx) }
+func (c *inflight) run() { c.op(&c.ctx) }
+
+// callCtx is a backend call's context: cancelled by the call's timer (one
+// renewal period, on the Env's clock) or by Close, as the context it
+// embeds, and reporting that timer's time as its Deadline, so that a
+// backend that cannot interrupt a wait in its server bounds the wait by it
+// (the SQL backends' lock waits, ADR 0135) without a second timer. Without
+// it the call had no deadline, and the SQL backends bounded each lock wait
+// by MaxLease (30 s by default): a call given up after the renewal period
+// could wait on in the database and commit long after.
+type callCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+// Deadline is the end of the call's renewal period, or the parent's
+// deadline if that comes first.
+func (c *callCtx) Deadline() (time.Time, bool) { return c.deadline, true }
 
 // parts are what Env.Call runs.
 func (c *inflight) parts() (op, reply func()) { return c.run, c.replied }

@@ -71,6 +71,9 @@ var catalogue = []Mutation{
 	{Name: "call-timeout-doubled", File: "session/session.go",
 		Old: "s.after(&c.t, s.renewEvery, c.timeout)", New: "s.after(&c.t, 2*s.renewEvery, c.timeout)",
 		Catch: "session TestCallTimesOutAfterTheRenewalPeriod"},
+	{Name: "call-without-deadline", File: "session/session.go",
+		Old: "func (c *callCtx) Deadline() (time.Time, bool) { return c.deadline, true }", New: "func (c *callCtx) Deadline() (time.Time, bool) { return c.Context.Deadline() }",
+		Catch: "session TestEveryBackendCallHasTheRenewalPeriodAsDeadline (the SQL backends then bound an engine call's lock waits by MaxLease, ADR 0135)"},
 
 	// --- session: becoming leader
 	{Name: "accept-win-after-deadline", File: "session/engine.go",
