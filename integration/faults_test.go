@@ -595,6 +595,28 @@ func newRig(t *testing.T, name string, setup func(t *testing.T, r *rig) ([]strin
 	return r
 }
 
+// keepLogs copies the run's logs (every worker's and the controller's) out
+// of the test's temporary directory, which is removed when the test ends,
+// so that a violation can be traced act by act.
+func (r *rig) keepLogs() {
+	dir, err := os.MkdirTemp("", "simba-chaos-"+r.kind+"-")
+	if err != nil {
+		r.t.Logf("logs not kept: %v", err)
+		return
+	}
+	paths, _ := filepath.Glob(filepath.Join(r.dir, "*.log"))
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, filepath.Base(p)), b, 0o644)
+		}
+		if err != nil {
+			r.t.Logf("log %s not kept: %v", p, err)
+		}
+	}
+	r.t.Logf("the run's logs are kept in %s", dir)
+}
+
 // check reads every log and runs the checker.
 func (r *rig) check() faultcheck.Report {
 	paths, _ := filepath.Glob(filepath.Join(r.dir, "*.log"))
@@ -659,6 +681,9 @@ func TestFaults(t *testing.T) {
 				t.Logf("%s: failover after each fault, in leases: %s", st.name, strings.Join(each, ", "))
 				for _, v := range rep.Violations {
 					t.Errorf("violation: %s", v)
+				}
+				if len(rep.Violations) > 0 {
+					r.keepLogs()
 				}
 				if rep.Acts == 0 {
 					t.Error("no act was logged: the workers never led")

@@ -279,8 +279,8 @@ func checkLease(es []Event, measure bool) Report {
 	for _, t := range toks {
 		s := spans[t]
 		if maxTok != 0 && s.first <= maxUntil {
-			vio("token %d (%s) acted at %d, inside token %d's believed-valid window (until %d, %v earlier)",
-				t, s.who, s.first, maxTok, maxUntil, time.Duration(maxUntil-s.first))
+			vio("token %d (%s) acted at %d, inside token %d's believed-valid window (until %d, %v earlier)%s",
+				t, s.who, s.first, maxTok, maxUntil, time.Duration(maxUntil-s.first), lastFault(es, s.first))
 		}
 		if s.until > maxUntil {
 			maxUntil, maxTok = s.until, t
@@ -335,4 +335,15 @@ func (r Report) Percentile(p float64) (pct, maxD time.Duration, n int) {
 	slices.Sort(ds)
 	idx := int(float64(len(ds)-1) * p / 100)
 	return ds[idx], ds[len(ds)-1], len(ds)
+}
+
+// lastFault names the last fault applied at or before t, and how long
+// before, for a violation's report ("" if none).
+func lastFault(es []Event, t int64) string {
+	for i := len(es) - 1; i >= 0; i-- {
+		if e := es[i]; e.Kind == Fault && e.T <= t {
+			return fmt.Sprintf("; last fault %s (%s) %v before", e.Reason, e.Worker, time.Duration(t-e.T))
+		}
+	}
+	return ""
 }
