@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/session/driver"
 )
@@ -64,6 +66,14 @@ type Backend struct {
 	// name: a second guard, within one process, behind the epoch that
 	// keeps tokens rising in every process (ADR 0138). Guarded by mu.
 	highest map[string]uint64
+
+	// rconn is the connection Inspect reads over (never a session's),
+	// dialled on first use by whoever holds rdial; seen is what Inspect
+	// read over it and has not seen change since (ADR 0159).
+	rconn atomic.Pointer[zk.Conn]
+	rdial chan struct{}
+	rgen  atomic.Uint64 // moves on at every state change of rconn
+	seen  inspectCache
 }
 
 // ErrTokenRegressed is the error of an acquisition whose token is lower
@@ -105,6 +115,8 @@ func New(servers []string, root string, opts ...Option) (*Backend, error) {
 		cfg:      cfg,
 		sessions: make(map[driver.ID]*zsession),
 		highest:  make(map[string]uint64),
+		rdial:    make(chan struct{}, 1),
+		seen:     inspectCache{nodes: make(map[string]watchedNode)},
 	}, nil
 }
 
@@ -367,6 +379,7 @@ func (b *Backend) Shutdown(ctx context.Context) error {
 	for _, s := range all {
 		errs = append(errs, s.close(ctx))
 	}
+	b.closeReadConn()
 	// A subscriber still inside its function is waited for, within ctx.
 	loopDone := b.notices.shutdown()
 	done := make(chan struct{})

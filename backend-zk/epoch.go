@@ -143,6 +143,14 @@ const noCreate = time.Duration(-1)
 // a quarantine of quarantine (the backend's MaxLease; 0 only from Init):
 // nothing tells a namespace never used from one whose records were lost.
 func (b *Backend) loadEpoch(ctx context.Context, conn *zk.Conn, quarantine time.Duration) (*epoch, error) {
+	e, _, err := b.loadEpochStat(ctx, conn, quarantine)
+	return e, err
+}
+
+// loadEpochStat is loadEpoch that also returns the root's stat as read
+// with the record when it finds the epoch, or finds none under noCreate
+// (nil: no root). After creating an epoch it returns no stat.
+func (b *Backend) loadEpochStat(ctx context.Context, conn *zk.Conn, quarantine time.Duration) (*epoch, *zk.Stat, error) {
 	for attempt := 0; attempt < 8; attempt++ {
 		type got struct {
 			data []byte
@@ -154,16 +162,16 @@ func (b *Backend) loadEpoch(ctx context.Context, conn *zk.Conn, quarantine time.
 		})
 		if errors.Is(err, zk.ErrNoNode) {
 			if quarantine == noCreate {
-				return nil, nil
+				return nil, nil, nil
 			}
 			e, err := b.createEpoch(ctx, conn, -1, quarantine)
 			if changedMeanwhile(err) {
 				continue // someone else was first: read theirs
 			}
-			return e, err
+			return e, nil, err
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var rec epochRecord
 		if json.Unmarshal(r.data, &rec) == nil && validEpochID(rec.Epoch) {
@@ -175,10 +183,11 @@ func (b *Backend) loadEpoch(ctx context.Context, conn *zk.Conn, quarantine time.
 				return st, err
 			})
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if st != nil {
-				return newEpoch(b.root, rec, st)
+				e, err := newEpoch(b.root, rec, st)
+				return e, r.st, err
 			}
 		}
 		// A root without a valid epoch: created by a client from before
@@ -186,15 +195,15 @@ func (b *Backend) loadEpoch(ctx context.Context, conn *zk.Conn, quarantine time.
 		// node deleted. Its records may have been lost: a new epoch, in
 		// quarantine, replaces the record if nobody changed it meanwhile.
 		if quarantine == noCreate {
-			return nil, nil
+			return nil, r.st, nil
 		}
 		e, err := b.createEpoch(ctx, conn, r.st.Version, quarantine)
 		if changedMeanwhile(err) {
 			continue
 		}
-		return e, err
+		return e, nil, err
 	}
-	return nil, fmt.Errorf("epoch of %s: changed by others at every attempt", b.root)
+	return nil, nil, fmt.Errorf("epoch of %s: changed by others at every attempt", b.root)
 }
 
 // createEpoch creates a new epoch in one multi: the root with the record
@@ -299,7 +308,7 @@ func validEpochID(id string) bool {
 // new term begin while a holder from before the loss may still believe in
 // its own (docs/adr/0130-quarantine-after-data-loss.md).
 func (b *Backend) Init(ctx context.Context) error {
-	conn, done, err := b.readConn(ctx)
+	conn, done, err := b.dialRead(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("zksimba: init %s: %w", b.root, err)
 	}

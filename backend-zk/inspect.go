@@ -30,9 +30,19 @@ type leaseData struct {
 // prefix lists the namespace root's children). A lease node is ephemeral,
 // so it exists only while its holder's ZooKeeper session lives. Remaining
 // is the holder's negotiated session timeout, an upper bound: ZooKeeper
-// does not tell other clients when it last heard from a session. Inspect
-// reads over one of this Backend's open sessions, or over a short-lived
-// connection of its own if none is open.
+// does not tell other clients when it last heard from a session.
+//
+// Inspect reads over the Backend's own read connection, never over a
+// session's: thousands of reads queued on a session's connection would
+// delay its pings and renewals (docs/adr/0159-zk-inspect-reads.md). It
+// starts with a sync, so that it sees every write acknowledged before it
+// began, then reads the epoch (the root's record and identity node). A
+// lease node is read with a watch and not read again until the watch
+// fires (the node deleted or its data changed), and the root's children
+// are listed with a watch likewise: a settled group's poll is three
+// requests whatever its size, and a poll after changes reads the changed
+// nodes only. Tokens and the epoch's rules are applied to the nodes' stats
+// at every Inspect, cached or not.
 func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]driver.Holder, error) {
 	names := slices.Clone(req.Names)
 	for _, n := range names {
@@ -45,30 +55,61 @@ func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]dri
 			return nil, fmt.Errorf("zksimba: inspect prefix: %w", err)
 		}
 	}
-	conn, done, err := b.readConn(ctx)
+	conn, err := b.inspectConn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("zksimba: inspect: %w", err)
 	}
-	defer done()
+	// After the sync, every watch that a change acknowledged before this
+	// Inspect began fires has fired: ZooKeeper sends a watch's event
+	// before the replies that follow the change on the connection, and
+	// go-zookeeper delivers it before it hands over the next reply. That
+	// holds on one connection only: after a reconnect, go-zookeeper sets
+	// the old watches again beside new requests, so what was read before
+	// a disconnection (an older gen) is read again.
+	gen := b.rgen.Load()
+	if _, err := call(ctx, b, func() (string, error) { return conn.Sync(b.root) }); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return nil, fmt.Errorf("zksimba: inspect: sync %s: %w", b.root, err)
+	}
 	// Tokens count from the namespace's epoch; in a namespace without one
 	// (used only by versions before epochs) a token is the raw czxid.
-	ep, err := b.loadEpoch(ctx, conn, noCreate)
+	ep, rootSt, err := b.loadEpochStat(ctx, conn, noCreate)
 	if err != nil {
 		return nil, fmt.Errorf("zksimba: inspect: epoch of %s: %w", b.root, err)
+	}
+	if rootSt == nil {
+		return nil, nil // no root: nothing held
 	}
 	if ep == nil {
 		ep = &epoch{}
 	}
+	cache := &b.seen
+	var children []string // sorted, nil if not listed
+	now := b.rgen.Load()  // what was read on this connection since the last reconnect
+	cache.mu.Lock()
+	if cache.childWatch != nil && cache.childGen == now && !fired(cache.childWatch) {
+		children = cache.children
+	}
+	cache.mu.Unlock()
 	if len(names) == 0 {
-		children, err := call(ctx, b, func() ([]string, error) {
-			c, _, err := conn.Children(b.root)
-			return c, err
-		})
-		if errors.Is(err, zk.ErrNoNode) {
-			return nil, nil // no root: nothing held
-		}
-		if err != nil {
-			return nil, fmt.Errorf("zksimba: inspect: list %s: %w", b.root, err)
+		if children == nil {
+			type listed struct {
+				names []string
+				watch <-chan zk.Event
+			}
+			l, err := call(ctx, b, func() (listed, error) {
+				c, _, w, err := conn.ChildrenW(b.root)
+				return listed{c, w}, err
+			})
+			if errors.Is(err, zk.ErrNoNode) {
+				return nil, nil
+			}
+			if err != nil {
+				return nil, fmt.Errorf("zksimba: inspect: list %s: %w", b.root, err)
+			}
+			children = slices.Sorted(slices.Values(l.names))
+			cache.mu.Lock()
+			cache.children, cache.childWatch, cache.childGen = children, l.watch, gen
+			cache.mu.Unlock()
 		}
 		for _, c := range children {
 			if strings.HasPrefix(c, req.Prefix) && deadline.ValidateName(c) == nil {
@@ -78,24 +119,56 @@ func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]dri
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
-	holders := make([]*driver.Holder, len(names))
+	nodes := make([]*leaseNode, len(names))
+	var toRead []int
+	cache.mu.Lock()
+	for i, name := range names {
+		if w, ok := cache.nodes[name]; ok {
+			if w.gen == now && !fired(w.watch) {
+				nodes[i] = w.node
+				continue
+			}
+			delete(cache.nodes, name)
+		}
+		if children != nil {
+			if _, listed := slices.BinarySearch(children, name); !listed {
+				nodes[i] = absentNode
+				continue
+			}
+		}
+		toRead = append(toRead, i)
+	}
+	room := maxWatchedNodes - len(cache.nodes)
+	cache.mu.Unlock()
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
 	inFlight := make(chan struct{}, maxInFlight)
-	for i, name := range names {
+	for k, i := range toRead {
+		watch := k < room
 		wg.Add(1)
 		inFlight <- struct{}{}
 		go func() {
 			defer func() { <-inFlight; wg.Done() }()
-			holders[i], errs[i] = b.holder(ctx, conn, ep, name)
+			nodes[i], errs[i] = b.readLease(ctx, conn, names[i], watch)
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("zksimba: inspect: %w", err)
 	}
+	cache.mu.Lock()
+	for _, i := range toRead {
+		if n := nodes[i]; n.watch != nil {
+			cache.nodes[names[i]] = watchedNode{node: n, watch: n.watch, gen: gen}
+		}
+	}
+	cache.mu.Unlock()
 	out := make([]driver.Holder, 0, len(names))
-	for _, h := range holders {
+	for i, n := range nodes {
+		h, err := n.holder(names[i], ep)
+		if err != nil {
+			return nil, fmt.Errorf("zksimba: inspect: %w", err)
+		}
 		if h != nil {
 			out = append(out, *h)
 		}
@@ -103,31 +176,98 @@ func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]dri
 	return out, nil
 }
 
-// holder reads one lease node; nil if it does not exist (the name is free)
-// or is not an ephemeral node (not a lease).
-func (b *Backend) holder(ctx context.Context, conn *zk.Conn, ep *epoch, name string) (*driver.Holder, error) {
-	type res struct {
-		data []byte
-		st   *zk.Stat
+// maxWatchedNodes bounds the lease nodes Inspect keeps (and watches);
+// nodes past it are read at every Inspect.
+const maxWatchedNodes = 1 << 16
+
+// inspectCache is what Inspect read over the read connection and has not
+// seen change since: each entry is valid until its watch fires (which
+// go-zookeeper also does, with EventNotWatching, when the read session
+// expires or the connection closes), and only while the connection it
+// was read on has not lost its server since (its gen is the Backend's
+// rgen).
+type inspectCache struct {
+	mu         sync.Mutex
+	children   []string        // the root's children, sorted
+	childWatch <-chan zk.Event // nil: not listed
+	childGen   uint64
+	nodes      map[string]watchedNode
+}
+
+type watchedNode struct {
+	node  *leaseNode
+	watch <-chan zk.Event
+	gen   uint64
+}
+
+// fired reports whether a watch has fired. go-zookeeper sends one event
+// and closes the channel, so once fired it stays fired.
+func fired(w <-chan zk.Event) bool {
+	select {
+	case <-w:
+		return true
+	default:
+		return false
 	}
-	r, err := call(ctx, b, func() (res, error) {
-		data, st, err := conn.Get(b.root + "/" + name)
-		return res{data, st}, err
+}
+
+// leaseNode is a child of the root as read: its stat and data. A node's
+// ephemeral owner and creation (czxid, ctime) never change while it
+// exists; Simba writes its data once, in the multi that creates it.
+type leaseNode struct {
+	st   zk.Stat
+	data []byte
+	// watch fires when the node is deleted or its data changes (nil: read
+	// without a watch).
+	watch <-chan zk.Event
+}
+
+// absentNode stands for a name whose node did not exist.
+var absentNode = &leaseNode{}
+
+// readLease reads one lease node, with a watch if watch; absentNode if it
+// does not exist.
+func (b *Backend) readLease(ctx context.Context, conn *zk.Conn, name string, watch bool) (*leaseNode, error) {
+	path := b.root + "/" + name
+	n, err := call(ctx, b, func() (*leaseNode, error) {
+		if watch {
+			data, st, w, err := conn.GetW(path)
+			if err != nil {
+				return nil, err
+			}
+			return &leaseNode{st: *st, data: data, watch: w}, nil
+		}
+		data, st, err := conn.Get(path)
+		if err != nil {
+			return nil, err
+		}
+		return &leaseNode{st: *st, data: data}, nil
 	})
 	if errors.Is(err, zk.ErrNoNode) {
-		return nil, nil
+		return absentNode, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
-	tok, err := ep.token(r.st)
-	if r.st.EphemeralOwner == 0 || err != nil || ep.quarantined(r.st.Ctime) > 0 {
+	return n, nil
+}
+
+// holder is the lease n stands for under the epoch ep: nil if the name
+// is free, the node is not ephemeral (not a lease), or it was never
+// granted (from before the epoch, or created in its quarantine). Applied
+// at every Inspect, to cached nodes too.
+func (n *leaseNode) holder(name string, ep *epoch) (*driver.Holder, error) {
+	if n == absentNode {
+		return nil, nil
+	}
+	tok, err := ep.token(&n.st)
+	if n.st.EphemeralOwner == 0 || err != nil || ep.quarantined(n.st.Ctime) > 0 {
 		return nil, nil // not a lease, or one that was never granted
 	}
-	h := &driver.Holder{Name: name, Token: tok, Session: formatID(r.st.EphemeralOwner)}
-	if len(r.data) > 0 && r.data[0] == '{' {
+	h := &driver.Holder{Name: name, Token: tok, Session: formatID(n.st.EphemeralOwner)}
+	if len(n.data) > 0 && n.data[0] == '{' {
 		var d leaseData
-		if err := json.Unmarshal(r.data, &d); err != nil {
+		if err := json.Unmarshal(n.data, &d); err != nil {
 			return nil, fmt.Errorf("lease node %s: %w", name, err)
 		}
 		h.Owner = d.Owner
@@ -136,23 +276,70 @@ func (b *Backend) holder(ctx context.Context, conn *zk.Conn, ep *epoch, name str
 	return h, nil
 }
 
-// readConn returns a connection to read with: one of the backend's open
-// sessions', or a new one that done closes.
-func (b *Backend) readConn(ctx context.Context) (conn *zk.Conn, done func(), err error) {
+// inspectConn returns the Backend's read connection, dialling it on first
+// use; Shutdown closes it. It has a ZooKeeper session of its own (which
+// go-zookeeper replaces if it expires) and carries no lease: nothing but
+// reads queue on it, and nothing a session does waits behind them.
+func (b *Backend) inspectConn(ctx context.Context) (*zk.Conn, error) {
+	if c := b.rconn.Load(); c != nil {
+		return c, nil
+	}
+	select {
+	case b.rdial <- struct{}{}:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+	defer func() { <-b.rdial }()
+	if c := b.rconn.Load(); c != nil {
+		return c, nil
+	}
+	// Every change of the connection's state (a disconnection first)
+	// moves rgen on: what was read before is read again.
+	conn, done, err := b.dialRead(ctx, func(ev zk.Event) {
+		if ev.Type == zk.EventSession {
+			b.rgen.Add(1)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		done()
+		return nil, driver.ErrClosed
+	}
+	b.rconn.Store(conn)
+	b.mu.Unlock()
+	return conn, nil
+}
+
+// closeReadConn closes the read connection, if one was dialled. After
+// b.closed is set (inspectConn stores none after that).
+func (b *Backend) closeReadConn() {
+	b.mu.Lock()
+	c := b.rconn.Swap(nil)
+	b.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// dialRead dials a new connection to read with, which done closes;
+// onEvent, if not nil, sees its events.
+func (b *Backend) dialRead(ctx context.Context, onEvent zk.EventCallback) (conn *zk.Conn, done func(), err error) {
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return nil, nil, driver.ErrClosed
 	}
-	for _, s := range b.sessions {
-		if c := s.conn.Load(); c != nil && !s.isGone() {
-			b.mu.Unlock()
-			return c, func() {}, nil
-		}
-	}
 	b.mu.Unlock()
+	if onEvent == nil {
+		onEvent = func(zk.Event) {}
+	}
 	conn, events, err := zk.Connect(b.servers, 10*time.Second,
-		zk.WithDialer(b.cfg.dial), zk.WithLogger(zkLogger{b.cfg.logger}), zk.WithLogInfo(false))
+		zk.WithDialer(b.cfg.dial), zk.WithLogger(zkLogger{b.cfg.logger}), zk.WithLogInfo(false),
+		zk.WithEventCallback(onEvent))
 	if err != nil {
 		return nil, nil, err
 	}

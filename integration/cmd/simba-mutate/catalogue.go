@@ -248,6 +248,22 @@ var catalogue = []Mutation{
 	{Name: "zk-close-only-through-go-zookeeper", File: "backend-zk/session.go",
 		Old: "\t\t\t\ts.closeOverFreshConn()\n", New: "",
 		Catch: "backend-zk TestCloseOverSilentConnectionEndsTheSession (ADR 0139)", Modules: []string{"backend-zk"}},
+	// --- backend-zk: Inspect's snapshot of the lease nodes (ADR 0159)
+	{Name: "zk-inspect-cached-node-outlives-watch", File: "backend-zk/inspect.go",
+		Old: "if w.gen == now && !fired(w.watch) {", New: "if w.gen == now {",
+		Catch: "backend-zk TestInspectReadsOnlyWhatChanged (a released lease still reported from the cache); kit InspectListsHolders", Modules: []string{"backend-zk"}, Run: "TestInspect|TestConformanceStandalone"},
+	{Name: "zk-inspect-cached-list-outlives-watch", File: "backend-zk/inspect.go",
+		Old: "cache.childGen == now && !fired(cache.childWatch)", New: "cache.childGen == now",
+		Catch: "backend-zk TestInspectReadsOnlyWhatChanged (a lease on a new name missing from the cached list)", Modules: []string{"backend-zk"}, Run: "TestInspect|TestConformanceStandalone"},
+	{Name: "zk-inspect-cache-survives-reconnect", File: "backend-zk/inspect.go",
+		Old: "if w.gen == now && !fired(w.watch) {", New: "if !fired(w.watch) {",
+		Catch: "backend-zk TestInspectReadsAgainAfterReconnect (nodes read before a reconnect trusted on watches go-zookeeper has not set again yet)", Modules: []string{"backend-zk"}, Run: "TestInspect"},
+	{Name: "zk-inspect-reconnect-not-seen", File: "backend-zk/inspect.go",
+		Old: "if ev.Type == zk.EventSession {", New: "if ev.Type == zk.EventSession && false {",
+		Catch: "backend-zk TestInspectReadsAgainAfterReconnect", Modules: []string{"backend-zk"}, Run: "TestInspect"},
+	{Name: "zk-inspect-reports-pre-epoch-node", File: "backend-zk/inspect.go",
+		Old: "if n.st.EphemeralOwner == 0 || err != nil || ep.quarantined(n.st.Ctime) > 0 {", New: "if _ = err; n.st.EphemeralOwner == 0 || ep.quarantined(n.st.Ctime) > 0 {",
+		Catch: "backend-zk TestInspectCachedNodeFromBeforeTheEpoch (a node from before a replaced epoch reported as held)", Modules: []string{"backend-zk"}, Run: "TestInspect"},
 
 	// --- backend-redis: quarantine after data loss and declared keys (ADR
 	// 0131). These run backend-redis's tests against the real servers of
