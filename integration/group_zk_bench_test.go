@@ -26,8 +26,9 @@ import (
 //
 //   - reads/poll: the read requests (getData, exists, getChildren, sync)
 //     every member's connections sent, per Inspect call, over the run;
-//   - sessions-lost: the engine's Open calls beyond each member's first
-//     (a session ZooKeeper expired, or the engine gave up on);
+//   - sessions-lost: the sessions opened beyond each member's first (a
+//     session ZooKeeper expired, or the engine gave up on), and
+//     open-failures, the engine's Open calls that failed (each a retry);
 //   - settled: 1 if every partition was owned fairly within a minute of
 //     the joins, then settle-s, the time that took;
 //   - settled-*: the same over a 10 s window once settled, and the polls
@@ -87,6 +88,12 @@ func BenchmarkGroupZooKeeperInspect(b *testing.B) {
 					}
 					return
 				}
+				failed := func() (n int64) {
+					for _, m := range ms {
+						n += m.tries.Load() - m.opens.Load()
+					}
+					return
+				}
 				r0, i0, o0 := at()
 				if settled {
 					time.Sleep(10 * time.Second) // a measuring window, not a wait for a state
@@ -94,6 +101,7 @@ func BenchmarkGroupZooKeeperInspect(b *testing.B) {
 				r1, i1, o1 := at()
 				b.ReportMetric(float64(r1)/float64(max(i1, 1)), "reads/poll")
 				b.ReportMetric(float64(o1-members), "sessions-lost")
+				b.ReportMetric(float64(failed()), "open-failures")
 				b.ReportMetric(float64(btoi(settled)), "settled")
 				if settled {
 					b.ReportMetric(settle.Seconds(), "settle-s")
@@ -121,14 +129,19 @@ type zkMember struct {
 	*zksimba.Backend
 	wire     wireCount
 	inspects atomic.Int64
-	opens    atomic.Int64
+	opens    atomic.Int64 // sessions opened
+	tries    atomic.Int64 // Open calls, failed ones too
 	s        *session.Session
 	g        *group.Group
 }
 
 func (m *zkMember) Open(ctx context.Context, r driver.OpenRequest) (driver.OpenReply, error) {
-	m.opens.Add(1)
-	return m.Backend.Open(ctx, r)
+	m.tries.Add(1)
+	reply, err := m.Backend.Open(ctx, r)
+	if err == nil {
+		m.opens.Add(1)
+	}
+	return reply, err
 }
 
 func (m *zkMember) Inspect(ctx context.Context, r driver.InspectRequest) ([]driver.Holder, error) {
