@@ -111,3 +111,22 @@ func ExampleWithMaxLease() {
 	fmt.Println(err)
 	// Output: mysqlsimba: WithMaxLease(-1s): want at least 1ms
 }
+
+// TestCheckServer: on the real server, CheckServer warns exactly when its
+// innodb_flush_log_at_trx_commit loses acknowledged commits in a crash (0
+// or 2; ADR 0160).
+func TestCheckServer(t *testing.T) {
+	db := newDB(t, dsn(t), nil)
+	b := newBackend(t, db, "")
+	var flush string
+	if err := db.QueryRowContext(ctxT(t), "SELECT @@GLOBAL.innodb_flush_log_at_trx_commit").Scan(&flush); err != nil {
+		t.Fatal(err)
+	}
+	w, err := b.CheckServer(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lossy := flush == "0" || flush == "2"; lossy != (len(w) == 1) || len(w) > 1 {
+		t.Fatalf("innodb_flush_log_at_trx_commit %s: warnings %q", flush, w)
+	}
+}

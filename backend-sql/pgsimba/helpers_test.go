@@ -75,7 +75,8 @@ func dropSchema(t testing.TB, pool *pgxpool.Pool, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := pool.Exec(ctx, `
-DROP FUNCTION IF EXISTS `+prefix+`_open_v1, `+prefix+`_open_v2, `+prefix+`_open_v3, `+prefix+`_renew_v1, `+prefix+`_renew_v2,
+DROP FUNCTION IF EXISTS `+prefix+`_open_v4, `+prefix+`_renew_v3, `+prefix+`_acquire_v3, `+prefix+`_epoch_v2,
+    `+prefix+`_open_v1, `+prefix+`_open_v2, `+prefix+`_open_v3, `+prefix+`_renew_v1, `+prefix+`_renew_v2,
     `+prefix+`_acquire_v1, `+prefix+`_acquire_v2, `+prefix+`_epoch_v1, `+prefix+`_release_v1, `+prefix+`_release_v2, `+prefix+`_close_v1, `+prefix+`_close_v2;
 DROP TABLE IF EXISTS `+prefix+`_sessions, `+prefix+`_leases, `+prefix+`_schema, `+prefix+`_epoch;`)
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 // schemaVersion is the version of the tables and routines this code calls
 // (docs/adr/0081-sql-schema-versions.md; the versions are listed in
 // internal/core/schema.go).
-const schemaVersion = 3
+const schemaVersion = 4
 
 // Option configures [New] and [Connect].
 type Option func(*config)
@@ -328,14 +328,14 @@ func newQueries(prefix string) (queries, error) {
 		dst  *string
 		text string
 	}{
-		{&q.open, "SELECT {p}_open_v3($1, $2, $3, $4)"},
+		{&q.open, "SELECT {p}_open_v4($1, $2, $3, $4)"},
 		{&q.version, "SELECT version, compatible_from FROM {p}_schema WHERE id = 1"},
 		{&q.inspectNames, inspectSQL + "l.name = ANY($1)"},
 		// A literal prefix: no LIKE, whose _ would be a wildcard.
 		{&q.inspectPrefix, inspectSQL + "left(l.name, length($1)) = $1"},
-		{&q.renew, "SELECT r_remaining_us, r_version, r_name, r_token FROM {p}_renew_v2($1, $2, $3)"},
-		{&q.acquire, "SELECT r_name, r_token FROM {p}_acquire_v2($1, $2, $3, $4)"},
-		{&q.epoch, "SELECT {p}_epoch_v1($1, $2)"},
+		{&q.renew, "SELECT r_remaining_us, r_version, r_name, r_token FROM {p}_renew_v3($1, $2, $3)"},
+		{&q.acquire, "SELECT r_name, r_token FROM {p}_acquire_v3($1, $2, $3, $4)"},
+		{&q.epoch, "SELECT {p}_epoch_v2($1, $2)"},
 		{&q.release, "SELECT {p}_release_v2($1, $2, $3, $4)"},
 		{&q.close, "SELECT {p}_close_v2($1, $2)"},
 		{&q.channel, `LISTEN "{p}_released"`},
@@ -420,8 +420,9 @@ func (s store) Acquire(ctx context.Context, id string, names []string, quarantin
 			return core.AcquireResult{Tokens: tokens}, err == nil, err
 		}
 		// The namespace's records were lost, or it is quarantined:
-		// acquire_v2 rolled everything back. epoch_v1 notes the loss and
-		// says how long the quarantine has left (ADR 0135).
+		// acquire_v2 (which acquire_v3 calls) rolled everything back.
+		// epoch_v2 (epoch_v1's body, its commit flushed: ADR 0160) notes
+		// the loss and says how long the quarantine has left (ADR 0135).
 		var left int64
 		if err := s.b.pool.QueryRow(ctx, s.b.q.epoch, quarantineUS, waitMS).Scan(&left); err != nil {
 			return core.AcquireResult{}, false, err
@@ -430,7 +431,7 @@ func (s store) Acquire(ctx context.Context, id string, names []string, quarantin
 			return core.AcquireResult{QuarantineUS: left}, true, nil
 		}
 		if attempt == 3 { // the quarantine ended, yet acquire still finds it
-			return core.AcquireResult{}, false, fmt.Errorf("%w: acquire_v2 reports a lost or quarantined namespace that epoch_v1 does not", core.ErrBadReply)
+			return core.AcquireResult{}, false, fmt.Errorf("%w: acquire_v3 reports a lost or quarantined namespace that epoch_v2 does not", core.ErrBadReply)
 		}
 	}
 }

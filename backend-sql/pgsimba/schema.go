@@ -497,6 +497,63 @@ END $$;
 
 UPDATE {p}_schema SET version = 3, compatible_from = 1 WHERE id = 1;
 `,
+	// 4 (ADR 0160): every routine whose commit grants or extends a
+	// belief (a session's deadline, a lease, a loss noted) commits with
+	// at least a local WAL flush, whatever the server's, database's or
+	// role's synchronous_commit: with off, a commit is acknowledged
+	// before its WAL is written, and a server crash (a process kill is
+	// enough) loses it while the holder believes in it, so another
+	// process acquires inside the holder's term. Each new routine raises
+	// the setting for its own transaction only (set_config is_local; a
+	// SET clause would be undone on return, before the commit), only from
+	// off, so stronger settings (on, remote_write, remote_apply) stay,
+	// and calls the version 3 routine, which stays for processes not yet
+	// upgraded (their commits keep the connection's setting). Release and
+	// close need no flush: losing one leaves a lease held that nobody
+	// believes in, and whoever acquires after seeing it flushes it with
+	// its own commit (ADR 0034).
+	3: `
+CREATE OR REPLACE FUNCTION {p}_open_v4(p_id text, p_lease_us bigint, p_owner text, p_wait_ms bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'local', true);
+    END IF;
+    RETURN {p}_open_v3(p_id, p_lease_us, p_owner, p_wait_ms);
+END $$;
+
+CREATE OR REPLACE FUNCTION {p}_renew_v3(p_id text, p_known bigint, p_wait_ms bigint)
+RETURNS TABLE (r_remaining_us bigint, r_version bigint, r_name text, r_token bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'local', true);
+    END IF;
+    RETURN QUERY SELECT * FROM {p}_renew_v2(p_id, p_known, p_wait_ms);
+END $$;
+
+-- SQLSTATEs SX001 and SX002 of acquire_v2 pass through unchanged.
+CREATE OR REPLACE FUNCTION {p}_acquire_v3(p_id text, p_names text[], p_quarantine_us bigint, p_wait_ms bigint)
+RETURNS TABLE (r_name text, r_token bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'local', true);
+    END IF;
+    RETURN QUERY SELECT * FROM {p}_acquire_v2(p_id, p_names, p_quarantine_us, p_wait_ms);
+END $$;
+
+CREATE OR REPLACE FUNCTION {p}_epoch_v2(p_quarantine_us bigint, p_wait_ms bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'local', true);
+    END IF;
+    RETURN {p}_epoch_v1(p_quarantine_us, p_wait_ms);
+END $$;
+
+UPDATE {p}_schema SET version = 4, compatible_from = 1 WHERE id = 1;
+`,
 }
 
 // initEpoch ends the creation of a new namespace (Migration from 0), in

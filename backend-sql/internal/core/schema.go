@@ -14,8 +14,10 @@ import (
 // <p>_open_v2, and the <p>_schema table that records the version; version
 // 3 adds the <p>_epoch table whose row the acquire routine checks (the
 // data-loss quarantine, ADR 0130) and routines that bound their lock waits
-// (ADR 0135); version 4 (MySQL/MariaDB) adds acquire and release routines
-// whose lock waits the caller bounds (ADR 0144).
+// (ADR 0135); version 4 on MySQL/MariaDB adds acquire and release routines
+// whose lock waits the caller bounds (ADR 0144), and on PostgreSQL open,
+// renew, acquire and epoch routines that commit with at least a local WAL
+// flush whatever synchronous_commit says (ADR 0160).
 
 // Installed is what a namespace's schema table records: its version, and
 // the oldest code version whose routines it still serves (a migration
