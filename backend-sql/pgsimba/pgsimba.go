@@ -210,6 +210,11 @@ func (b *Backend) createSchema(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// The tables commit with a WAL flush, as the routines' writes do
+		// (ADR 0160): a crash right after New would otherwise lose them.
+		if _, err := tx.Exec(ctx, "SELECT set_config('synchronous_commit', 'local', true) WHERE current_setting('synchronous_commit') = 'off'"); err != nil {
+			return err
+		}
 		// No arguments: pgx sends it with the simple protocol, which
 		// accepts several statements.
 		_, err = tx.Exec(ctx, ddl)
