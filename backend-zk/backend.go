@@ -57,6 +57,7 @@ type Backend struct {
 	mu       sync.Mutex
 	sessions map[driver.ID]*zsession
 	closed   bool
+	quit     chan struct{} // closed by the first Shutdown
 
 	notices notifier // delivers notices off go-zookeeper's receive loop
 
@@ -116,6 +117,7 @@ func New(servers []string, root string, opts ...Option) (*Backend, error) {
 		sessions: make(map[driver.ID]*zsession),
 		highest:  make(map[string]uint64),
 		rdial:    make(chan struct{}, 1),
+		quit:     make(chan struct{}),
 		seen:     inspectCache{nodes: make(map[string]watchedNode)},
 	}, nil
 }
@@ -368,6 +370,9 @@ func (b *Backend) Close(ctx context.Context, id driver.ID) error {
 // goroutines. The backend answers [driver.ErrClosed] afterwards.
 func (b *Backend) Shutdown(ctx context.Context) error {
 	b.mu.Lock()
+	if !b.closed {
+		close(b.quit) // a dial in progress gives up (dialRead)
+	}
 	b.closed = true
 	all := make([]*zsession, 0, len(b.sessions))
 	for _, s := range b.sessions {

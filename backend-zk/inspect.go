@@ -109,6 +109,9 @@ func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]dri
 			children = slices.Sorted(slices.Values(l.names))
 			cache.mu.Lock()
 			cache.children, cache.childWatch, cache.childGen = children, l.watch, gen
+			// A child was created or deleted: drop what can never be
+			// used again (nodes deleted since, or read before a reconnect).
+			cache.sweep(now)
 			cache.mu.Unlock()
 		}
 		for _, c := range children {
@@ -137,6 +140,9 @@ func (b *Backend) Inspect(ctx context.Context, req driver.InspectRequest) ([]dri
 			}
 		}
 		toRead = append(toRead, i)
+	}
+	if len(cache.nodes)+len(toRead) > maxWatchedNodes {
+		cache.sweep(now) // dead entries must not take the room of live ones
 	}
 	room := maxWatchedNodes - len(cache.nodes)
 	cache.mu.Unlock()
@@ -198,6 +204,19 @@ type watchedNode struct {
 	node  *leaseNode
 	watch <-chan zk.Event
 	gen   uint64
+}
+
+// sweep drops the entries Inspect can no longer use: their watch fired
+// (the node was deleted or changed, or the read session expired) or they
+// were read before the read connection's generation now. Without it a
+// name that is gone keeps its entry until asked for again, and such
+// entries fill maxWatchedNodes. c.mu held.
+func (c *inspectCache) sweep(now uint64) {
+	for name, w := range c.nodes {
+		if w.gen != now || fired(w.watch) {
+			delete(c.nodes, name)
+		}
+	}
 }
 
 // fired reports whether a watch has fired. go-zookeeper sends one event
@@ -328,12 +347,16 @@ func (b *Backend) closeReadConn() {
 // dialRead dials a new connection to read with, which done closes;
 // onEvent, if not nil, sees its events.
 func (b *Backend) dialRead(ctx context.Context, onEvent zk.EventCallback) (conn *zk.Conn, done func(), err error) {
+	// The dial is one of the Backend's goroutines: Shutdown ends it
+	// (quit) and waits for it, so no connection outlives Shutdown.
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		return nil, nil, driver.ErrClosed
 	}
+	b.wg.Add(1)
 	b.mu.Unlock()
+	defer b.wg.Done()
 	if onEvent == nil {
 		onEvent = func(zk.Event) {}
 	}
@@ -372,6 +395,9 @@ func (b *Backend) dialRead(ctx context.Context, onEvent zk.EventCallback) (conn 
 		case <-ctx.Done():
 			closeConn()
 			return nil, nil, context.Cause(ctx)
+		case <-b.quit:
+			closeConn()
+			return nil, nil, driver.ErrClosed
 		}
 	}
 }
