@@ -216,19 +216,15 @@ func (s *sess) quarantined(lost time.Time, bound bool, names ...string) (time.Du
 		e.fatalf("Acquire(%q): %d results, want one per name (%d)", names, len(reply.Results), len(names))
 	}
 	q, ml := reply.Quarantine, e.cfg.MaxLease
-	granted := false
+	var granted []driver.Lease
 	for _, r := range reply.Results {
-		granted = granted || r.Token != 0
-	}
-	if (granted || q <= 0) && elapsed >= ml-e.quarantineSlack() {
-		var back []driver.Lease
-		for _, r := range reply.Results {
-			if r.Token != 0 {
-				back = append(back, driver.Lease{Name: r.Name, Token: r.Token})
-			}
+		if r.Token != 0 {
+			granted = append(granted, driver.Lease{Name: r.Name, Token: r.Token})
 		}
-		if len(back) > 0 {
-			s.release(back...)
+	}
+	if (len(granted) > 0 || q <= 0) && elapsed >= ml-e.quarantineSlack() {
+		if len(granted) > 0 {
+			s.release(granted...)
 		}
 		e.t.Logf("Acquire(%q) answered %v after the loss, more than MaxLease %v: the quarantine may be over, nothing checked", names, elapsed, ml)
 		return 0, false
