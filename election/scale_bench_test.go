@@ -19,15 +19,22 @@ import (
 )
 
 // countAcquires counts a client's Acquire calls and the names they carry.
+// attempted, if set, is closed once the replies carried every name once.
 type countAcquires struct {
 	session.Backend
 	calls, names atomic.Int64
+	want         int64
+	attempted    chan struct{}
+	once         sync.Once
 }
 
 func (c *countAcquires) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	c.calls.Add(1)
-	c.names.Add(int64(len(req.Names)))
-	return c.Backend.Acquire(ctx, req)
+	r, err := c.Backend.Acquire(ctx, req)
+	if c.names.Add(int64(len(req.Names))) >= c.want && c.attempted != nil {
+		c.once.Do(func() { close(c.attempted) })
+	}
+	return r, err
 }
 
 // timedEnv is the system Env, timing every backend call: the call itself
@@ -192,12 +199,16 @@ func scale(b *testing.B, cfg deadline.Config, n int) scaleResult {
 	h1 := heap()
 	r.heapLeader = float64(h1-h0) / float64(n)
 
-	cand := &countAcquires{Backend: mem.NewClient()}
+	cand := &countAcquires{Backend: mem.NewClient(), want: int64(n), attempted: make(chan struct{})}
 	candidate, _ := openTimed(b, cand, cfg)
 	defer candidate.Close()
 	ces := startAll(b, candidate, ns, 0)
 	defer stopAll(ces)
-	time.Sleep(cfg.WithDefaults().RenewInterval) // let the first attempts settle
+	select { // the first attempts answered: every election is idle now
+	case <-cand.attempted:
+	case <-time.After(time.Minute):
+		b.Fatalf("%d of %d names attempted in a minute", cand.names.Load(), n)
+	}
 	h2 := heap()
 	r.heapCandidate = float64(h2-h1) / float64(n)
 	r.goroutines = float64(runtime.NumGoroutine()-g0) / float64(2*n)
