@@ -1,6 +1,7 @@
 // Package lock provides mutual-exclusion locks on a Simba session. A lock
-// is an election that takes exactly one term: [Acquire] blocks until the
-// lock is held (or ctx ends), [TryAcquire] makes one attempt. The returned
+// takes exactly one term of its name (like a single-term election, without
+// callbacks or tasks): [Acquire] blocks until the lock is held (or ctx
+// ends), [TryAcquire] makes one attempt. The returned
 // [Held] carries the term's fencing token; pass it to the resources you
 // write so they can refuse a late write from a holder that lost the lock.
 //

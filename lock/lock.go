@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/simba-go/simba/election"
 	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/term"
@@ -19,15 +18,43 @@ var ErrNotAcquired = errors.New("simba: lock held by another session")
 
 // Held is a held lock: one term of the lock's name. Close it to release
 // the lock in handover order.
+//
+// A lock is a claim on the session's engine of its own (package
+// internal/layer), not an election: it takes one term, has no callbacks
+// and no tasks, so it needs no listener queue, executor or handover wait
+// (ADR 0161).
 type Held struct {
-	e *election.Election
-	t *term.Term
+	eng  layer.Engine
+	c    layer.Claim
+	name string
+	try  bool // TryAcquire: the first refusal ends the wait
+
+	// Set with the engine's lock held, before done is closed; read-only
+	// afterwards.
+	t       *term.Term // the term won
+	refusal error      // why TryAcquire's attempt did not win (nil: held by another session)
+	refused bool
+	closed  bool // the session closed during the wait
+
+	// Guarded by the engine's lock.
+	over            bool          // the wait is over: won, refused, the session closed, or given up
+	done            chan struct{} // closed with over set: WaitRunning's stop
+	closing         bool          // Close has started the handover
+	releaseAnswered bool          // the backend has answered Close's release
+
+	released sync.WaitGroup // Close's handover: done once the release has been answered
 }
+
+// handler is the engine's side of a Held: its methods are the layer's
+// (layer.ClaimHandler, Refusals, Describer), not the lock's API, and run
+// with the engine's lock held.
+type handler Held
 
 // Acquire blocks until the lock name is held by this session, or ctx ends,
 // or the session closes (an error wrapping session.ErrClosed). It fails
-// with an error wrapping election.ErrAlreadyStarted if the same name is
-// already locked or being acquired on this session.
+// with an error wrapping session.ErrAlreadyStarted (election.ErrAlreadyStarted
+// is the same value) if the same name is already locked or being acquired
+// on this session.
 func Acquire(ctx context.Context, s *session.Session, name string) (*Held, error) {
 	return acquire(ctx, s, name, false)
 }
@@ -43,77 +70,142 @@ func TryAcquire(ctx context.Context, s *session.Session, name string) (*Held, er
 	return acquire(ctx, s, name, true)
 }
 
-// waiter receives the lock's first term or the first refusal.
-type waiter struct {
-	once     sync.Once
-	won      chan *term.Term
-	err      chan error
-	doneOnce sync.Once
-	done     chan struct{} // closed with the engine's lock held once won or refused: the wait is over
-}
-
-// win hands over the first term; it runs with the engine's lock held (a
-// buffered send that never blocks), not on the delivery loop, so Acquire
-// from a Direct-executor callback (which holds the loop up) still returns.
-func (w *waiter) win(t *term.Term) {
-	w.once.Do(func() { w.won <- t })
-	w.finish()
-}
-
-func (w *waiter) finish() { w.doneOnce.Do(func() { close(w.done) }) }
-
 func acquire(ctx context.Context, s *session.Session, name string, try bool) (*Held, error) {
-	w := &waiter{won: make(chan *term.Term, 1), err: make(chan error, 1), done: make(chan struct{})}
-	// The first attempt runs on this goroutine (WaitFirstAttempt): the
-	// caller waits for it anyway, and the goroutine hops of a call of its
-	// own were most of an uncontended lock's engine cost (issue 11).
-	opts := []election.Option{election.SingleTerm("lock"), election.OnWon(w.win), election.WithExecutor(election.Direct{}), election.WaitFirstAttempt(ctx)}
-	if try {
-		opts = append(opts, election.OnAttempt(func(err error) {
-			select {
-			case w.err <- err:
-			default:
-			}
-			w.finish()
-		}))
+	if s == nil {
+		return nil, fmt.Errorf("simba: lock %q: nil Session", name)
 	}
-	e, err := election.Start(s, name, opts...)
+	eng, ok := layer.Of(s)
+	if !ok {
+		return nil, fmt.Errorf("simba: lock %q: Session not built by session.New or session.Open", name)
+	}
+	h := &Held{eng: eng, name: name, try: try, done: make(chan struct{})}
+	c, err := eng.Claim(name, (*handler)(h))
 	if err != nil {
 		return nil, fmt.Errorf("simba: lock %q: %w", name, err)
 	}
-	if eng, ok := layer.Of(s); ok {
+	h.c = c
+	// The first attempt runs on this goroutine (DoWait): the caller waits
+	// for it anyway, and the goroutine hops of a call of its own were most
+	// of an uncontended lock's engine cost (issue 11, ADR 0121).
+	eng.DoWait(ctx, h.start)
+	select {
+	case <-h.done: // won or refused by the first attempt: the usual case
+	default:
 		// Until the wait is over, the lock's later attempts (a release
 		// notice's, a candidate tick's) run here: the new holder is the
 		// goroutine that made the call, not one woken by it.
-		eng.WaitRunning(ctx, name, w.done)
+		eng.WaitRunning(ctx, name, h.done)
 	}
 	select {
-	case t := <-w.won:
-		return &Held{e: e, t: t}, nil
-	case err := <-w.err:
-		_ = e.Stop(context.Background())
-		select {
-		case t := <-w.won: // won in the same breath: keep it
-			if t.Valid() {
-				return &Held{e: e, t: t}, nil
-			}
-		default:
-		}
-		if err == nil {
-			return nil, fmt.Errorf("%w: %q", ErrNotAcquired, name)
-		}
-		if ctx.Err() != nil {
-			// The attempt was given up because ctx ended (WaitFirstAttempt).
+	case <-h.done:
+	case <-ctx.Done():
+		// Given up, unless the wait ended in the same breath: a term won
+		// then is kept (the caller Closes it), a refusal reported.
+		eng.Do(h.giveUp)
+		if h.t == nil && !h.refused && !h.closed {
 			return nil, fmt.Errorf("simba: lock %q: %w", name, context.Cause(ctx))
 		}
-		return nil, fmt.Errorf("simba: lock %q: %w", name, err)
-	case <-ctx.Done():
-		_ = e.Stop(context.Background())
-		return nil, fmt.Errorf("simba: lock %q: %w", name, context.Cause(ctx))
-	case <-s.Done():
-		// The session closed while waiting: nothing can be won on it any
-		// more, so waiting on would last until ctx ends, maybe forever.
+	}
+	switch {
+	case h.t != nil:
+		return h, nil
+	case h.closed:
 		return nil, fmt.Errorf("simba: lock %q: %w", name, session.ErrClosed)
+	case h.refusal == nil:
+		return nil, fmt.Errorf("%w: %q", ErrNotAcquired, name)
+	case ctx.Err() != nil:
+		// The attempt was given up because ctx ended (DoWait).
+		return nil, fmt.Errorf("simba: lock %q: %w", name, context.Cause(ctx))
+	default:
+		return nil, fmt.Errorf("simba: lock %q: %w", name, h.refusal)
+	}
+}
+
+// start competes for the lease: the first attempt leaves at once if the
+// session is LIVE. Lock held.
+func (h *Held) start() {
+	if !h.over { // the session closed between Claim and now
+		h.c.Want(true)
+	}
+}
+
+// finish ends the wait. Lock held.
+func (h *Held) finish() {
+	h.over = true
+	close(h.done)
+}
+
+// giveUp ends a wait that ctx ended: the claim is dropped, with an attempt
+// in flight (its late grant is released by the engine, the claim being
+// gone). A wait already over keeps its outcome. Lock held.
+func (h *Held) giveUp() {
+	if h.over {
+		return
+	}
+	h.finish()
+	h.c.Want(false)
+	h.c.Drop()
+}
+
+// Won hands the term to the waiting caller: no delivery loop in between,
+// so Acquire from a Direct-executor callback (which holds the loop up)
+// returns. A win that comes after the wait is over is given back.
+func (x *handler) Won(t *term.Term) {
+	h := (*Held)(x)
+	if h.over {
+		h.c.Release(term.SteppedDown, nil)
+		h.c.Drop()
+		return
+	}
+	h.t = t
+	h.c.Want(false) // one term: a lost lock is not acquired again by itself
+	h.finish()
+}
+
+// Lost ends the lock for good when its term ends without Close: the name
+// is released on the session (no release is needed: the lease is gone).
+func (x *handler) Lost(t *term.Term, reason term.RevokeReason) {
+	h := (*Held)(x)
+	if t != h.t || reason == term.Stopped { // Stopped: the session is closing
+		return
+	}
+	h.c.Drop()
+}
+
+// Closed ends a wait when the session closes.
+func (x *handler) Closed() {
+	h := (*Held)(x)
+	if !h.over {
+		h.closed = true
+		h.finish()
+	}
+}
+
+// Refused ends TryAcquire's wait at the first attempt that did not win:
+// the claim is dropped at once, so no later attempt (a release notice's)
+// can win a lease nobody waits for.
+func (x *handler) Refused(err error) {
+	h := (*Held)(x)
+	if !h.try || h.over {
+		return
+	}
+	h.refused, h.refusal = true, err
+	h.finish()
+	h.c.Want(false)
+	h.c.Drop()
+}
+
+// Describe names the lock in the session's Snapshot, with an election's
+// status names: CANDIDATE while acquiring, LEADER while held.
+func (x *handler) Describe() (kind, status string) {
+	h := (*Held)(x)
+	switch {
+	case h.closing || h.over && h.t == nil:
+		return "lock", "STOPPED"
+	case h.t != nil:
+		return "lock", "LEADER"
+	default:
+		return "lock", "CANDIDATE"
 	}
 }
 
@@ -142,5 +234,48 @@ func (h *Held) Term() *term.Term { return h.t }
 func (h *Held) Done() <-chan struct{} { return h.t.Done() }
 
 // Close releases the lock: the term is revoked (STOPPED), then the lease
-// released with its token. Safe to call more than once.
-func (h *Held) Close() error { return h.e.Close() }
+// released with its token. It returns once the backend has answered the
+// release (or the call failed, or timed out after one renewal period);
+// until then the name stays taken on the session, so no new lock of it can
+// overtake the release. Called from a callback on the session's delivery
+// loop (a Direct executor's), it starts the release without waiting for it
+// and returns ErrWouldBlockSelf (session.ErrWouldBlockSelf), as every
+// blocking close does there. Safe to call more than once.
+func (h *Held) Close() error {
+	if h.eng.WouldWaitForSelf(context.Background(), h.c) {
+		var answered bool
+		h.eng.Do(func() {
+			h.close()
+			answered = h.releaseAnswered
+		})
+		if !answered {
+			return session.ErrWouldBlockSelf
+		}
+		return nil
+	}
+	// The release runs on this goroutine (DoWait): Close waits for it anyway.
+	h.eng.DoWait(context.Background(), h.close)
+	h.released.Wait()
+	return nil
+}
+
+// close starts the handover, once. Lock held.
+func (h *Held) close() {
+	if h.closing {
+		return // the first Close's release is under way: wait for it
+	}
+	h.closing = true
+	h.released.Add(1)
+	// Release revokes the term (STOPPED) before it sends the release
+	// carrying the token; with no lease held (lost, the session closed)
+	// it answers at once.
+	h.c.Release(term.Stopped, h.answered)
+}
+
+// answered completes Close once the backend has answered the release: the
+// name is free on the session from then on. Lock held.
+func (h *Held) answered() {
+	h.c.Drop()
+	h.releaseAnswered = true
+	h.released.Done()
+}

@@ -311,8 +311,11 @@ func TestAcquireFromADirectCallback(t *testing.T) {
 		if r.err != nil || r.held == nil {
 			t.Fatalf("Acquire from a Direct callback = %v, %v; want the lock", r.held, r.err)
 		}
-		if r.closeErr != nil && !errors.Is(r.closeErr, session.ErrWouldBlockSelf) {
-			t.Fatalf("Close from the callback = %v", r.closeErr)
+		// Close from the delivery loop starts the release and does not
+		// wait for it, as every blocking close there (spec, "Callbacks and
+		// lifecycle").
+		if !errors.Is(r.closeErr, session.ErrWouldBlockSelf) {
+			t.Fatalf("Close from the callback = %v, want ErrWouldBlockSelf", r.closeErr)
 		}
 		synctest.Wait()
 		if _, _, ok := b.Owner("resource"); ok {
@@ -340,6 +343,7 @@ func TestLockTermsAreNotLoggedAtInfo(t *testing.T) {
 		if err := h.Close(); err != nil {
 			t.Fatal(err)
 		}
+		synctest.Wait() // the events are written by whichever goroutine runs the delivery loop
 		if strings.Contains(buf.String(), "Term") {
 			t.Fatalf("a lock's terms were logged at Info:\n%s", buf.String())
 		}
@@ -557,5 +561,99 @@ func TestBlockedAcquireGivenUpAsItsAttemptArrives(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatal("B's session did not close: a call handed to a caller that gave up was never run")
 		}
+	})
+}
+
+// heldRelease is a backend whose Release waits until it is let go, and
+// records what each Release carried and whether the term it releases was
+// still valid when the release reached the backend.
+type heldRelease struct {
+	*memory.Backend
+	mu      sync.Mutex
+	term    *term.Term
+	tokens  []uint64
+	revoked []bool
+	letGo   chan struct{}
+}
+
+func (b *heldRelease) Release(ctx context.Context, r driver.ReleaseRequest) error {
+	b.mu.Lock()
+	for _, l := range r.Leases {
+		b.tokens = append(b.tokens, l.Token)
+	}
+	b.revoked = append(b.revoked, b.term != nil && !b.term.Valid() && b.term.Reason() == term.Stopped)
+	letGo := b.letGo
+	b.mu.Unlock()
+	if letGo != nil {
+		<-letGo
+	}
+	return b.Backend.Release(ctx, r)
+}
+
+// Close hands over in order: the term is revoked (STOPPED) before the
+// release reaches the backend, the release carries the term's token, and
+// Close returns only once the backend has answered it, also when the
+// release does not run on Close's goroutine (here: it waits for another
+// lock's release, in flight). Until then the name stays taken on the
+// session: a new lock of it fails with ErrAlreadyStarted, so no acquire of
+// the name can overtake the release of the older token (ADR 0161).
+func TestCloseRevokesReleasesWithTheTokenAndWaitsForTheAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mb, _ := memory.New()
+		b := &heldRelease{Backend: mb}
+		s := open(t, b)
+		ctx := context.Background()
+		first, err := lock.TryAcquire(ctx, s, "first")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := lock.TryAcquire(ctx, s, "nightly")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.mu.Lock()
+		b.term, b.letGo = h.Term(), make(chan struct{})
+		b.mu.Unlock()
+		firstClosed := make(chan error, 1)
+		go func() { firstClosed <- first.Close() }()
+		synctest.Wait() // first's release waits in the backend
+		closed := make(chan error, 1)
+		go func() { closed <- h.Close() }()
+		synctest.Wait() // h's release waits for first's
+		select {
+		case err := <-closed:
+			t.Fatalf("Close returned (%v) before the backend answered the release", err)
+		default:
+		}
+		if !errors.Is(h.EnsureValid(0), term.ErrExpired) || h.Term().Reason() != term.Stopped {
+			t.Fatalf("term while its release waits: valid %v, reason %v; want revoked STOPPED", h.Valid(), h.Term().Reason())
+		}
+		if _, err := lock.TryAcquire(ctx, s, "nightly"); !errors.Is(err, session.ErrAlreadyStarted) {
+			t.Fatalf("TryAcquire of a name whose release is unanswered = %v, want ErrAlreadyStarted", err)
+		}
+		close(b.letGo)
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-firstClosed; err != nil {
+			t.Fatal(err)
+		}
+		b.mu.Lock()
+		tokens, revoked := b.tokens, b.revoked
+		b.mu.Unlock()
+		if len(tokens) != 2 || tokens[1] != h.Token() || len(revoked) != 2 || !revoked[1] {
+			t.Fatalf("releases carried tokens %v (want [%d %d]), nightly's term revoked (STOPPED) when its release reached the backend: %v", tokens, first.Token(), h.Token(), revoked)
+		}
+		if _, _, ok := mb.Owner("nightly"); ok {
+			t.Fatal("lock still owned after Close")
+		}
+		if err := h.Close(); err != nil {
+			t.Fatalf("second Close = %v", err)
+		}
+		h2, err := lock.TryAcquire(ctx, s, "nightly")
+		if err != nil || h2.Token() <= h.Token() {
+			t.Fatalf("TryAcquire after Close = %v (token %d after %d)", err, h2.Token(), h.Token())
+		}
+		_ = h2.Close()
 	})
 }

@@ -371,65 +371,86 @@ func (s *Session) pumpAcquire() {
 		return
 	}
 	s.anyQueued = false // every queued claim is looked at below
-	var names []string
 	s.seq++
 	attempt := s.seq
 	s.lastAcquire = attempt
+	var ac *acquireCall
 	for _, c := range s.order {
 		if !c.queued {
 			continue
 		}
 		c.queued = false
 		if c.want && c.held == nil && c.attempt == 0 {
+			if ac == nil {
+				ac = &acquireCall{inc: inc, attempt: attempt}
+				ac.req.Names = ac.one[:0]
+			}
 			c.attempt = attempt
-			names = append(names, c.name)
+			ac.req.Names = append(ac.req.Names, c.name)
 		}
 	}
-	if len(names) == 0 {
+	if ac == nil {
 		return
 	}
 	s.acquiring = true
-	var reply driver.AcquireReply
-	var err error
-	req := driver.AcquireRequest{ID: inc.id, Names: names}
+	ac.req.ID = inc.id
+	names := ac.req.Names
 	var runner chan *inflight // an attempt of one claim alone may run on its blocked caller
 	if len(names) == 1 {
 		if c := s.claims[names[0]]; c != nil {
 			runner = c.runner
 		}
 	}
-	s.callAlone(len(names) == 1, runner, func(ctx context.Context) {
-		reply, err = s.b.Acquire(ctx, req)
-	}, func(timedOut bool) {
-		s.acquiring = false
-		failure := context.DeadlineExceeded
-		if !timedOut {
-			failure = err
-		}
-		for _, c := range s.order {
-			if c.attempt == attempt && failure != nil {
-				c.attempt = 0
-				if r, ok := c.h.(layer.Refusals); ok {
-					r.Refused(failure)
-				}
+	s.startCall(&ac.inflight, s.root, ac)
+	s.callAlone(len(names) == 1, runner, &ac.inflight)
+}
+
+// acquireCall is one Acquire in flight: request, reply and what to do with
+// it, in the allocation of its inflight.
+type acquireCall struct {
+	inflight
+	inc     *incarnation
+	attempt uint64
+	one     [1]string // req.Names of a single claim's attempt
+	req     driver.AcquireRequest
+	res     driver.AcquireReply
+	err     error
+}
+
+func (a *acquireCall) op(ctx context.Context) { a.res, a.err = a.s.b.Acquire(ctx, a.req) }
+
+func (a *acquireCall) reply(timedOut bool) {
+	s, inc, attempt := a.s, a.inc, a.attempt
+	s.acquiring = false
+	failure := context.DeadlineExceeded
+	if !timedOut {
+		failure = a.err
+	}
+	for _, c := range s.order {
+		if c.attempt == attempt && failure != nil {
+			c.attempt = 0
+			if r, ok := c.h.(layer.Refusals); ok {
+				r.Refused(failure)
 			}
 		}
-		switch {
-		case errors.Is(failure, ErrExpired):
-			if !inc.over {
-				s.expire(inc, term.SessionExpired)
-			}
-		case failure != nil:
-		default:
-			s.acquired(inc, attempt, names, reply)
+	}
+	switch {
+	case errors.Is(failure, ErrExpired):
+		if !inc.over {
+			s.expire(inc, term.SessionExpired)
 		}
-		s.pumpAcquire()
-		s.armCandidate()
-	}, func() {
-		if err == nil {
-			s.acquired(inc, attempt, names, reply) // no attempt is current: wins are released
-		}
-	})
+	case failure != nil:
+	default:
+		s.acquired(inc, attempt, a.req.Names, a.res)
+	}
+	s.pumpAcquire()
+	s.armCandidate()
+}
+
+func (a *acquireCall) late() {
+	if a.err == nil {
+		a.s.acquired(a.inc, a.attempt, a.req.Names, a.res) // no attempt is current: wins are released
+	}
 }
 
 // acquired turns won leases into terms, under the three rules of
@@ -551,35 +572,54 @@ func (s *Session) pumpRelease() {
 	if s.releasing || len(s.releaseQ) == 0 {
 		return
 	}
+	// One call per backend session; the rest follow when it returns. The
+	// rest stay in releaseQ's array, filtered in place.
 	batch := s.releaseQ
-	s.releaseQ = nil
-	// One call per backend session; the rest follow when it returns.
 	inc := batch[0].inc
-	var rest []pendingRelease
-	req := driver.ReleaseRequest{ID: inc.id}
-	var dones []func()
+	rc := &releaseCall{}
+	rc.req = driver.ReleaseRequest{ID: inc.id, Leases: rc.one[:0]}
+	rc.dones = rc.oneDone[:0]
+	rest := batch[:0]
 	for _, p := range batch {
 		if p.inc != inc {
 			rest = append(rest, p)
 			continue
 		}
-		req.Leases = append(req.Leases, p.lease)
+		rc.req.Leases = append(rc.req.Leases, p.lease)
 		if p.done != nil {
-			dones = append(dones, p.done)
+			rc.dones = append(rc.dones, p.done)
 		}
 	}
+	clear(batch[len(rest):])
 	s.releaseQ = rest
 	s.releasing = true
-	s.callAlone(len(req.Leases) == 1, nil, func(ctx context.Context) {
-		_ = s.b.Release(ctx, req) // a failed release is healed by the next renewal's owned list
-	}, func(bool) {
-		s.releasing = false
-		for _, d := range dones {
-			d()
-		}
-		s.pumpRelease()
-	}, nil)
+	s.startCall(&rc.inflight, s.root, rc)
+	s.callAlone(len(rc.req.Leases) == 1, nil, &rc.inflight)
 }
+
+// releaseCall is one Release in flight, in the allocation of its inflight.
+type releaseCall struct {
+	inflight
+	one     [1]driver.Lease // req.Leases of a single lease's release
+	oneDone [1]func()
+	req     driver.ReleaseRequest
+	dones   []func()
+}
+
+func (r *releaseCall) op(ctx context.Context) {
+	_ = r.s.b.Release(ctx, r.req) // a failed release is healed by the next renewal's owned list
+}
+
+func (r *releaseCall) reply(bool) {
+	s := r.s
+	s.releasing = false
+	for _, d := range r.dones {
+		d()
+	}
+	s.pumpRelease()
+}
+
+func (r *releaseCall) late() {}
 
 // notice answers a release notice from the backend with an attempt.
 func (s *Session) notice(n Notice) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,8 +85,11 @@ type Session struct {
 	delivered   uint64     // effects run so far: the delivery loop's progress
 	progress    *sync.Cond // on mu: delivered moved
 	unsub       func()
-	here        bool      // doWait is running f: the first backend call f makes may run on its caller's goroutine
-	hereCall    *inflight // that call, run by doWait once the lock is released
+	here        bool        // doWait is running f: the first backend call f makes may run on its caller's goroutine
+	hereCall    *inflight   // that call, run by doWait once the lock is released
+	calls       []*inflight // backend calls in flight, in the order sent, for the watchdog
+	watchdog    timer       // armed for the earliest timeout of calls (startCall)
+	watchAt     time.Time   // when the watchdog fires
 
 	watchMu  sync.Mutex
 	watchers map[*func(Notice)]struct{} // see WatchNotices
@@ -280,6 +284,9 @@ func (s *Session) Close() error {
 	s.stopTimer(&s.candidate)
 	s.stopTimer(&s.openRetry)
 	s.stopTimer(&s.noticeT)
+	if len(s.calls) == 0 {
+		s.stopTimer(&s.watchdog) // else the last call's reply stops it (forget)
+	}
 	for _, c := range s.order {
 		c.want = false
 		c.attempt = 0
@@ -512,9 +519,8 @@ func (s *Session) after(t *timer, d time.Duration, f func()) {
 	t.stop = a.cancel
 }
 
-// armed is one arming of an engine timer: one allocation for what a
-// backend call's timeout and every timer need, on the hot path of every
-// call.
+// armed is one arming of an engine timer: one allocation for what every
+// timer needs (a backend call's timeout is the watchdog's, startCall).
 type armed struct {
 	s    *Session
 	t    *timer
@@ -576,16 +582,18 @@ func (s *Session) call(op func(ctx context.Context), reply func(timedOut bool), 
 // callIn is call with ctx derived from parent instead of the session's
 // root context. Lock held.
 func (s *Session) callIn(parent context.Context, op func(ctx context.Context), reply func(timedOut bool), late func()) {
-	s.env.Call(s.newCall(parent, op, reply, late).parts())
+	c := &funcCall{opF: op, replyF: reply, lateF: late}
+	s.startCall(&c.inflight, parent, c)
+	s.env.Call(c.parts())
 }
 
-// callAlone is call for a call that concerns one claim alone (alone: one
-// name, one lease): it may run on the goroutine waiting for it, doWait's
-// caller or runner's (a caller blocked in waitRunning for that claim),
-// whose context may give it up. A call for several claims never does, so
-// that one caller's context never fails another's attempt. Lock held.
-func (s *Session) callAlone(alone bool, runner chan *inflight, op func(ctx context.Context), reply func(timedOut bool), late func()) {
-	c := s.newCall(s.root, op, reply, late)
+// callAlone sends c, started by startCall, a call that concerns one claim
+// alone (alone: one name, one lease): it may run on the goroutine waiting
+// for it, doWait's caller or runner's (a caller blocked in waitRunning for
+// that claim), whose context may give it up. A call for several claims
+// never does, so that one caller's context never fails another's attempt.
+// Lock held.
+func (s *Session) callAlone(alone bool, runner chan *inflight, c *inflight) {
 	switch {
 	case alone && s.here && s.hereCall == nil:
 		s.hereCall = c // doWait runs it when f is done
@@ -596,17 +604,71 @@ func (s *Session) callAlone(alone bool, runner chan *inflight, op func(ctx conte
 	}
 }
 
-// newCall arms a backend call's timeout and counts it for Close. Lock held.
-func (s *Session) newCall(parent context.Context, op func(ctx context.Context), reply func(timedOut bool), late func()) *inflight {
-	c := &inflight{s: s, op: op, reply: reply, late: late}
+// startCall makes c, the inflight of call (which embeds it), a backend
+// call: its context, its timeout, counted for Close. Lock held.
+//
+// The timeout is the session's watchdog's, not a timer of the call's own:
+// the watchdog is armed for the earliest timeout of the calls in flight,
+// and a call that returns leaves it armed, so that a stream of calls (a
+// lock's acquire and release, over and over) arms no timer per call
+// (ADR 0161). When it fires it times out every call due, then is armed for
+// the next.
+func (s *Session) startCall(c *inflight, parent context.Context, call calls) {
+	c.s, c.call = s, call
 	c.ctx.Context, c.cancel = context.WithCancel(parent)
-	c.ctx.deadline = s.env.Now().Add(s.renewEvery)
+	now := s.env.Now()
+	c.due = now.Add(s.renewEvery)
+	c.ctx.deadline = c.due
 	if dl, ok := parent.Deadline(); ok && dl.Before(c.ctx.deadline) {
 		c.ctx.deadline = dl
 	}
-	s.after(&c.t, s.renewEvery, c.timeout)
+	s.calls = append(s.calls, c)
+	if s.watchdog.stop == nil || c.due.Before(s.watchAt) {
+		s.watchAt = c.due
+		s.after(&s.watchdog, c.due.Sub(now), s.watch)
+	}
 	s.wg.Add(1)
-	return c
+}
+
+// watch times out every call in flight whose timeout has come, and arms
+// the watchdog for the earliest timeout still to come. Lock held.
+func (s *Session) watch() {
+	now := s.env.Now()
+	var due []*inflight
+	n := 0
+	var next time.Time
+	for _, c := range s.calls {
+		if !now.Before(c.due) {
+			due = append(due, c)
+			continue
+		}
+		if n == 0 || c.due.Before(next) {
+			next = c.due
+		}
+		s.calls[n] = c
+		n++
+	}
+	clear(s.calls[n:])
+	s.calls = s.calls[:n]
+	if n > 0 {
+		s.watchAt = next
+		s.after(&s.watchdog, next.Sub(now), s.watch)
+	}
+	for _, c := range due {
+		c.timeout()
+	}
+}
+
+// forget takes a call that replied or was given up off the watchdog's
+// list. The watchdog stays armed (it finds nothing due when it fires),
+// unless the session is closed: Close waits for its timers. Lock held.
+func (s *Session) forget(c *inflight) {
+	if i := slices.Index(s.calls, c); i >= 0 {
+		s.calls = slices.Delete(s.calls, i, i+1)
+	}
+	if len(s.calls) == 0 && s.state == Closed {
+		s.stopTimer(&s.watchdog)
+	}
 }
 
 // waitRunning blocks until stop is closed, ctx ends or the session is
@@ -665,19 +727,45 @@ func (s *Session) waitRunning(ctx context.Context, name string, stop <-chan stru
 }
 
 // inflight is one backend call: its context, its timeout and what to do
-// with its reply, in one allocation.
+// with its reply. It is embedded in the struct that holds the call's
+// request and reply (funcCall, acquireCall, releaseCall), so that a call
+// costs one allocation, not one per closure and captured variable.
 type inflight struct {
 	s        *Session
 	ctx      callCtx
 	cancel   context.CancelFunc
-	t        timer
-	finished bool // reply ran (lock held)
-	op       func(ctx context.Context)
-	reply    func(timedOut bool)
-	late     func()
+	due      time.Time // when the watchdog times it out
+	finished bool      // reply ran (lock held)
+	call     calls
 }
 
-func (c *inflight) run() { c.op(&c.ctx) }
+// calls is what a backend call does: op without the engine's lock, then
+// reply with it (timedOut: the timeout came first, or the caller that ran
+// it gave up); late with the lock held if op returned after that.
+type calls interface {
+	op(ctx context.Context)
+	reply(timedOut bool)
+	late()
+}
+
+// funcCall is a call made of functions, for the calls off a lock's path
+// (open, renew, close, a layer's Call).
+type funcCall struct {
+	inflight
+	opF    func(ctx context.Context)
+	replyF func(timedOut bool)
+	lateF  func()
+}
+
+func (f *funcCall) op(ctx context.Context) { f.opF(ctx) }
+func (f *funcCall) reply(timedOut bool)    { f.replyF(timedOut) }
+func (f *funcCall) late() {
+	if f.lateF != nil {
+		f.lateF()
+	}
+}
+
+func (c *inflight) run() { c.call.op(&c.ctx) }
 
 // callCtx is a backend call's context: cancelled by the call's timer (one
 // renewal period, on the Env's clock) or by Close, as the context it
@@ -711,12 +799,13 @@ func (c *inflight) runHere(ctx context.Context) {
 	c.replied()
 }
 
-// timeout runs with the lock held when the call's timer fires first.
+// timeout runs with the lock held when the call's timeout comes first. The
+// caller has taken it off the watchdog's list.
 func (c *inflight) timeout() {
 	if !c.finished {
 		c.finished = true
 		c.cancel()
-		c.reply(true)
+		c.call.reply(true)
 	}
 }
 
@@ -726,7 +815,7 @@ func (c *inflight) abandon() {
 	s := c.s
 	s.mu.Lock()
 	if !c.finished {
-		s.stopTimer(&c.t)
+		s.forget(c)
 		c.timeout()
 	}
 	s.mu.Unlock()
@@ -740,11 +829,11 @@ func (c *inflight) replied() {
 	s.mu.Lock()
 	if !c.finished {
 		c.finished = true
-		s.stopTimer(&c.t)
+		s.forget(c)
 		c.cancel()
-		c.reply(false)
-	} else if c.late != nil && s.state != Closed {
-		c.late()
+		c.call.reply(false)
+	} else if s.state != Closed {
+		c.call.late()
 	}
 	s.mu.Unlock()
 	s.drain()

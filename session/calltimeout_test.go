@@ -1,0 +1,67 @@
+package session_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/simba-go/simba/internal/layer"
+	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
+	"github.com/simba-go/simba/session/memory"
+)
+
+// stuckAcquire is a Backend decorator whose Acquire hangs until its
+// context ends, recording how long that took.
+type stuckAcquire struct {
+	*memory.Backend
+	mu     sync.Mutex
+	waited []time.Duration
+}
+
+func (b *stuckAcquire) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
+	start := time.Now()
+	<-ctx.Done()
+	b.mu.Lock()
+	b.waited = append(b.waited, time.Since(start))
+	b.mu.Unlock()
+	return driver.AcquireReply{}, ctx.Err()
+}
+
+// A backend call times out one renewal period after it was sent, also when
+// the session's watchdog (one timer for the timeouts of every call in
+// flight, ADR 0161) was armed for an earlier call that has returned since:
+// here the Open's, due at 5s, while the Acquire sent at 1s is due at 6s.
+// The watchdog firing at 5s must arm itself again for the Acquire.
+func TestCallTimesOutOneRenewalPeriodAfterItWasSentWhateverTheWatchdogWasArmedFor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mb, _ := memory.New()
+		b := &stuckAcquire{Backend: mb}
+		s := openDecorated(t, b) // Open at 0s: the watchdog is armed for 5s
+		advance(time.Second)
+		eng := layer.MustOf(s)
+		r := &recorder{}
+		c, err := eng.Claim("jobs", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng.Do(func() { c.Want(true) }) // Acquire sent at 1s, due at 6s
+		advance(5*time.Second + time.Millisecond)
+		b.mu.Lock()
+		waited := append([]time.Duration(nil), b.waited...)
+		b.mu.Unlock()
+		if len(waited) == 0 || waited[0] != 5*time.Second {
+			t.Fatalf("the Acquire sent at 1s gave up after %v, want one renewal period (5s)", waited)
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if len(r.refuse) == 0 || !errors.Is(r.refuse[0], context.DeadlineExceeded) {
+			t.Fatalf("refusals %v, want the timed-out attempt's DeadlineExceeded", r.refuse)
+		}
+	})
+}
+
+var _ session.Backend = (*stuckAcquire)(nil)
