@@ -285,12 +285,23 @@ var leaseCases = []testCase{
 		promise: "when sessions of several clients race for one name, exactly one wins",
 		f: func(e *env) {
 			const clients, rounds = 6, 4
+			// Every client first, then their sessions, renewed before each
+			// round: the sessions must be alive when they race, and a
+			// client's construction (a SQL backend's schema check) or a
+			// slow round must not let the first ones expire unrenewed.
+			bs := make([]driver.Backend, clients)
+			for i := range bs {
+				bs[i] = e.client()
+			}
 			ss := make([]*sess, clients)
-			for i := range ss {
-				ss[i] = e.open()
+			for i, b := range bs {
+				ss[i] = e.openOn(b)
 			}
 			var last uint64
 			for round := range rounds {
+				for _, s := range ss {
+					s.renew(0)
+				}
 				name := "race"
 				toks := make([]uint64, clients)
 				errs := make([]error, clients)
