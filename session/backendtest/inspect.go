@@ -19,7 +19,11 @@ var inspectCases = []testCase{
 		f: func(e *env) {
 			ownerA := driver.Owner{Identity: "kit-a/1", Metadata: map[string]string{"addr": "10.0.0.1:8080"}}
 			ownerB := driver.Owner{Identity: "kit-b/2"}
-			a, b := e.openAs(e.client(), ownerA), e.openAs(e.client(), ownerB)
+			// The clients first: their sessions are not renewed, and must not
+			// spend their lease waiting for another client's construction
+			// (a SQL backend's schema check).
+			ca, cb, ci := e.client(), e.client(), e.client()
+			a, b := e.openAs(ca, ownerA), e.openAs(cb, ownerB)
 			hA := func(name string, tok uint64) driver.Holder {
 				return driver.Holder{Name: name, Token: tok, Session: a.id, Owner: ownerA}
 			}
@@ -28,7 +32,7 @@ var inspectCases = []testCase{
 			}
 			j1, j2 := hA("jobs.1", a.mustAcquire("jobs.1")), hA("jobs.2", a.mustAcquire("jobs.2"))
 			jt, other := hB("jobt", b.mustAcquire("jobt")), hB("other", b.mustAcquire("other"))
-			in := e.inspector(e.client()) // a third process asks
+			in := e.inspector(ci) // a third process asks
 			in.want(driver.InspectRequest{Prefix: "jobs."}, j1, j2)
 			in.want(driver.InspectRequest{Prefix: "job"}, j1, j2, jt)
 			// "_" is a LIKE wildcard and "." a regular-expression one: a
