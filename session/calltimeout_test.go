@@ -65,3 +65,37 @@ func TestCallTimesOutOneRenewalPeriodAfterItWasSentWhateverTheWatchdogWasArmedFo
 }
 
 var _ session.Backend = (*stuckAcquire)(nil)
+
+// A call due before the time the watchdog is armed for re-arms it: here
+// the renewal period shrinks with the Open's shortened grant (a
+// ZooKeeper-like backend, 5/12 of the lease: renewals every ≈2.046s), after
+// the Open armed the watchdog for its own due time, one configured renewal
+// period (5s) after it was sent. The Acquire sent right after the Open is
+// due one shortened period later and must give up then, not when the
+// watchdog was armed for (ADR 0161: "A call due earlier than the watchdog
+// re-arms it").
+func TestCallDueBeforeTheWatchdogReArmsIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mb, _ := memory.New(memory.WithGrantFraction(5, 12))
+		b := &stuckAcquire{Backend: mb}
+		s := openDecorated(t, b) // Open at 0s: the watchdog is armed for 5s
+		every := time.Duration(s.Snapshot().RenewEvery)
+		if every >= 5*time.Second {
+			t.Fatalf("RenewEvery = %v, want the shortened period", every)
+		}
+		eng := layer.MustOf(s)
+		r := &recorder{}
+		c, err := eng.Claim("jobs", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng.Do(func() { c.Want(true) }) // Acquire sent at 0s, due at every
+		advance(every + time.Millisecond)
+		b.mu.Lock()
+		waited := append([]time.Duration(nil), b.waited...)
+		b.mu.Unlock()
+		if len(waited) == 0 || waited[0] != every {
+			t.Fatalf("the Acquire gave up after %v, want one (shortened) renewal period, %v", waited, every)
+		}
+	})
+}

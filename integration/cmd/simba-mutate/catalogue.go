@@ -215,6 +215,9 @@ var catalogue = []Mutation{
 	{Name: "watchdog-not-rearmed", File: "session/session.go",
 		Old: "\tif n > 0 {\n\t\ts.watchAt = next", New: "\tif false {\n\t\ts.watchAt = next",
 		Catch: "session TestCallTimesOutOneRenewalPeriodAfterItWasSentWhateverTheWatchdogWasArmedFor (ADR 0161: the Acquire armed no timer of its own)", Modules: []string{"session"}},
+	{Name: "watchdog-not-rearmed-for-an-earlier-call", File: "session/session.go",
+		Old: "if s.watchdog.stop == nil || c.due.Before(s.watchAt) {", New: "if s.watchdog.stop == nil {",
+		Catch: "session TestCallDueBeforeTheWatchdogReArmsIt (the renewal period shortened by the Open's grant: the Acquire gave up when the watchdog was armed for, 5s, not after the shortened period)", Modules: []string{"session"}},
 
 	// --- lock: its own claim on the engine, not an election (ADR 0161)
 	{Name: "lock-close-does-not-wait-for-the-answer", File: "lock/lock.go",
@@ -232,6 +235,9 @@ var catalogue = []Mutation{
 	{Name: "lock-refused-try-keeps-competing", File: "lock/lock.go",
 		Old: "\th.finish()\n\th.c.Want(false)\n\th.c.Drop()\n}\n\n// Describe", New: "\th.finish()\n}\n\n// Describe",
 		Catch: "lock TestAcquireTryAcquireClose (a refused TryAcquire's claim stays and could win a lease nobody waits for)", Modules: []string{"lock"}},
+	{Name: "lock-ctx-end-discards-a-won-term", File: "lock/lock.go",
+		Old: "if h.t == nil && !h.refused && !h.closed {", New: "if true {",
+		Catch: "lock TestAcquireWhoseContextEndsAsItWins, TestTryAcquireWhoseContextEndsAsItWins (a term won as ctx ended is dropped for a ctx error: its lease stays taken and nobody holds a Held to Close it)", Modules: []string{"lock"}},
 
 	// --- session: the shorter-lease warning (issue 10)
 	{Name: "nominal-hides-clamped-grant", File: "session/engine.go",
