@@ -117,6 +117,12 @@ func TestInspectReadsOnlyWhatChanged(t *testing.T) {
 	if err := a.Release(ctxT(t, 10*time.Second), driver.ReleaseRequest{ID: sa.ID, Leases: []driver.Lease{{Name: "g:5", Token: res[5].Token}}}); err != nil {
 		t.Fatal(err)
 	}
+	// Asked by name, the released lease is gone at once: its cached node's
+	// watch has fired (a name lookup lists nothing, so no sweep of the
+	// cache has dropped it first).
+	if hs, _ = inspectBoth(t, c, rc, srv, root, driver.InspectRequest{Names: []string{"g:5", "g:6"}}); len(hs) != 1 || hs[0].Name != "g:6" {
+		t.Fatalf("Inspect of g:5 and g:6 after g:5's release = %+v, want g:6 alone", hs)
+	}
 	// The release fired g:5's watch and the root's: the sync, the epoch,
 	// the list, and nothing else.
 	if hs, reads = inspectBoth(t, c, rc, srv, root, all); len(hs) != 99 || reads != 4 {
