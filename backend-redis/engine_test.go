@@ -167,11 +167,13 @@ func TestEngineRedisPaused(t *testing.T) {
 	srv.pause()
 	pausedAt := time.Now()
 	// The renewal in flight (or the next one) times out after the renewal
-	// period: SUSPENDED within two periods of the pause.
-	e := ev.await(t, session.SessionSuspended, 3*time.Second)
-	if d := e.Time.Sub(pausedAt); d > 2*cfg.RenewInterval+200*time.Millisecond {
-		t.Errorf("SUSPENDED %v after the pause, want within two renewal periods (%v)", d, 2*cfg.RenewInterval)
-	}
+	// period, through the call's context that go-redis must honour: SUSPENDED
+	// about two periods after the pause, and in any case before the term's
+	// local deadline (checked below, once the deadline is known). The exact
+	// latency is the session tests' (virtual time): here a stalled test
+	// process delays it by the stall, which is no fault of the code.
+	susp := ev.await(t, session.SessionSuspended, 3*time.Second)
+	t.Logf("SUSPENDED %v after the pause (two renewal periods: %v)", susp.Time.Sub(pausedAt), 2*cfg.RenewInterval)
 	if reason := rec.awaitLost(t, 3*time.Second); reason != term.DeadlinePassed {
 		t.Fatalf("term ended with %v, want DEADLINE_PASSED", reason)
 	}
@@ -186,6 +188,12 @@ func TestEngineRedisPaused(t *testing.T) {
 	rev := ev.await(t, session.TermRevoked, 3*time.Second)
 	if rev.Name != "x" || rev.Token != tm.Token() || rev.Reason != term.DeadlinePassed || rev.Deadline.IsZero() {
 		t.Fatalf("TermRevoked %+v, want x's term %d ended with DEADLINE_PASSED at its deadline", rev, tm.Token())
+	}
+	if susp.Time.After(rev.Deadline) {
+		// A call that hung past the renewal period (a context not honoured,
+		// go-redis's own 3 s read timeout instead) suspends only after the
+		// 2 s lease's deadline.
+		t.Errorf("SUSPENDED %v after the term's local deadline, want before it", susp.Time.Sub(rev.Deadline))
 	}
 	free := ob.redisFreesAfter()
 	if !rev.Deadline.Before(free) {
