@@ -613,7 +613,7 @@ func (s *Session) callAlone(alone bool, runner chan *inflight, c *inflight) {
 // lock's acquire and release, over and over) arms no timer per call
 // (ADR 0161). When it fires it times out every call due, then is armed for
 // the next.
-func (s *Session) startCall(c *inflight, parent context.Context, call calls) {
+func (s *Session) startCall(c *inflight, parent context.Context, call callBody) {
 	c.s, c.call = s, call
 	c.ctx.Context, c.cancel = context.WithCancel(parent)
 	now := s.env.Now()
@@ -736,13 +736,13 @@ type inflight struct {
 	cancel   context.CancelFunc
 	due      time.Time // when the watchdog times it out
 	finished bool      // reply ran (lock held)
-	call     calls
+	call     callBody
 }
 
-// calls is what a backend call does: op without the engine's lock, then
+// callBody is what a backend call does: op without the engine's lock, then
 // reply with it (timedOut: the timeout came first, or the caller that ran
 // it gave up); late with the lock held if op returned after that.
-type calls interface {
+type callBody interface {
 	op(ctx context.Context)
 	reply(timedOut bool)
 	late()
