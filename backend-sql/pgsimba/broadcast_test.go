@@ -59,7 +59,7 @@ func TestBroadcastRelease(t *testing.T) {
 	next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
 
 	ida := open(t, a, 10*time.Second)
-	tok := acquire(t, a, ida, "boss")
+	tok := acquireWaited(t, a, ida, "boss")
 	if err := a.Release(ctxT(t), driver.ReleaseRequest{ID: ida, Leases: []driver.Lease{{Name: "boss", Token: tok}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +68,7 @@ func TestBroadcastRelease(t *testing.T) {
 	// Close announces every lease it frees.
 	acquire(t, a, ida, "c1")
 	acquire(t, a, ida, "c2")
+	waitFor(t, a, "c1", "c2")
 	if err := a.Close(ctxT(t), ida); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,12 @@ func TestBroadcastRelease(t *testing.T) {
 	// A release that does not match announces nothing: only the next
 	// real one arrives.
 	idc := open(t, a, 10*time.Second)
-	tok = acquire(t, a, idc, "m")
+	// Nor does a release of a name nobody was refused (ADR 0162).
+	tok = acquire(t, a, idc, "nowait")
+	if err := a.Release(ctxT(t), driver.ReleaseRequest{ID: idc, Leases: []driver.Lease{{Name: "nowait", Token: tok}}}); err != nil {
+		t.Fatal(err)
+	}
+	tok = acquireWaited(t, a, idc, "m")
 	if err := a.Release(ctxT(t), driver.ReleaseRequest{ID: idc, Leases: []driver.Lease{{Name: "m", Token: tok + 1}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +93,7 @@ func TestBroadcastRelease(t *testing.T) {
 	select {
 	case n := <-ch:
 		if n.Name != "m" {
-			t.Fatalf("notice %+v, want m (a no-op release must not notify)", n)
+			t.Fatalf("notice %+v, want m (a no-op release, or one of a name nobody was refused, must not notify)", n)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no notice for m")
@@ -110,7 +116,7 @@ func TestBroadcastSurvivesConnectionLoss(t *testing.T) {
 	// After reconnecting, the backend says notices may have been lost.
 	next(t, ch, "empty notice after the reconnect", func(n driver.Notice) bool { return n.Name == "" })
 	id := open(t, a, 10*time.Second)
-	tok := acquire(t, a, id, "after")
+	tok := acquireWaited(t, a, id, "after")
 	if err := a.Release(ctxT(t), driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: "after", Token: tok}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +150,7 @@ func TestSubscribeStop(t *testing.T) {
 	ch, _ := subscribe(t, w)
 	next(t, ch, "witness LISTEN up", func(n driver.Notice) bool { return n.Name == "" })
 	id := open(t, a, 10*time.Second)
-	tok := acquire(t, a, id, "q")
+	tok := acquireWaited(t, a, id, "q")
 	if err := a.Release(ctxT(t), driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: "q", Token: tok}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +186,7 @@ func TestSubscriberMayStopAnother(t *testing.T) {
 	defer stop1()
 	// Subscribe returned with LISTEN in effect, so a release reaches fn.
 	id := open(t, a, 10*time.Second)
-	tok := acquire(t, a, id, "q")
+	tok := acquireWaited(t, a, id, "q")
 	if err := a.Release(ctxT(t), driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: "q", Token: tok}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -189,4 +195,78 @@ func TestSubscriberMayStopAnother(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("stopping another subscription from a notice did not return")
 	}
+}
+
+// A refused acquire is told of the name's next release even when the
+// lease changed hands without a release in between (ADR 0162): W is
+// refused x while A holds it; A's session ends without a release (its row
+// gone, as when it expires and is swept); C takes x over; C's release
+// must notify x, since W still waits. A takeover that cleared the mark
+// would leave W to its poll.
+func TestNoticeAfterTakeoverReachesEarlierWaiter(t *testing.T) {
+	pool := newPool(t, pgURL(t), nil)
+	prefix := sqltest.FreshPrefix()
+	b := newBackend(t, pool, prefix)
+	ch, _ := subscribe(t, b)
+	next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
+	a := open(t, b, 10*time.Second)
+	acquire(t, b, a, "x")
+	waitFor(t, b, "x")
+	// prefix is a fresh valid prefix, the only text placed into SQL here.
+	if _, err := pool.Exec(ctxT(t), "DELETE FROM "+prefix+"_sessions WHERE id = $1", string(a)); err != nil {
+		t.Fatal(err)
+	}
+	c := open(t, b, 10*time.Second)
+	tc := acquire(t, b, c, "x")
+	if tc == 0 {
+		t.Fatal("C did not take x over from A's ended session")
+	}
+	if err := b.Release(ctxT(t), driver.ReleaseRequest{ID: c, Leases: []driver.Lease{{Name: "x", Token: tc}}}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, "notice for x after C's release (W was refused x before C took it)", func(n driver.Notice) bool { return n.Name == "x" })
+}
+
+// A grant of a name a release freed clears the mark, and the next refusal
+// sets it again: W is refused, A releases (notice), A takes x again, W is
+// refused again, A closes (notice again); a release after that, with
+// nobody refused since, notifies nothing.
+func TestNoticeMarkIsSetAgainByTheNextRefusal(t *testing.T) {
+	pool := newPool(t, pgURL(t), nil)
+	b := newBackend(t, pool, "")
+	ch, _ := subscribe(t, b)
+	next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
+	a := open(t, b, 10*time.Second)
+	w := open(t, b, 10*time.Second)
+	refused := func() {
+		t.Helper()
+		if tok := acquire(t, b, w, "x"); tok != 0 {
+			t.Fatalf("W took x from live A (token %d)", tok)
+		}
+	}
+	release := func(id driver.ID, name string, tok uint64) {
+		t.Helper()
+		if err := b.Release(ctxT(t), driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: name, Token: tok}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok := acquire(t, b, a, "x")
+	refused()
+	release(a, "x", tok)
+	next(t, ch, "notice for x after the first release", func(n driver.Notice) bool { return n.Name == "x" })
+	acquire(t, b, a, "x")
+	refused()
+	if err := b.Close(ctxT(t), a); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, "notice for x after the close that followed the second refusal", func(n driver.Notice) bool { return n.Name == "x" })
+	c := open(t, b, 10*time.Second)
+	release(c, "x", acquire(t, b, c, "x")) // nobody refused since: no notice
+	release(c, "end", acquireWaited(t, b, c, "end"))
+	next(t, ch, "notice for end", func(n driver.Notice) bool {
+		if n.Name == "x" {
+			t.Error("a release of x nobody was refused since the last notice notified it")
+		}
+		return n.Name == "end"
+	})
 }

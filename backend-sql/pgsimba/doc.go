@@ -9,7 +9,8 @@
 // its clock with a database timestamp.
 //
 // The backend implements driver.Broadcaster: a release (or a session
-// close) sends pg_notify on [Channel] in the same transaction, and one
+// close) of a name that an acquire was refused (a waiting candidate)
+// sends pg_notify on [Channel] in the same transaction, and one
 // dedicated connection per Backend value LISTENs for it, so a waiting
 // candidate takes over at once instead of at its next periodic attempt.
 // The listening connection is re-established after a loss, and each time

@@ -21,20 +21,20 @@ func SchemaAt(prefix string, v int) (string, error) {
 	return core.Expand(sql, prefix)
 }
 
-// AcquireWithoutQuarantine is acquire_v2 with its check of the epoch row
-// and markers taken out: the planted bug that the data-loss tests must
-// catch.
+// AcquireWithoutQuarantine is acquire_v4, the routine this code calls,
+// with its check of the epoch row and markers taken out: the planted bug
+// that the data-loss tests must catch.
 func AcquireWithoutQuarantine(prefix string) (string, error) {
-	m := migrations[2]
-	start := strings.Index(m, "CREATE OR REPLACE FUNCTION {p}_acquire_v2")
+	m := migrations[4]
+	start := strings.Index(m, "CREATE OR REPLACE FUNCTION {p}_acquire_v4")
 	if start < 0 {
-		return "", fmt.Errorf("acquire_v2 not found")
+		return "", fmt.Errorf("acquire_v4 not found")
 	}
 	end := strings.Index(m[start:], "END $$;")
 	body := m[start : start+end+len("END $$;")]
-	const check = "\n           AND EXISTS (SELECT 1 FROM {p}_epoch e JOIN {p}_sessions ms ON ms.id = '~epoch' JOIN {p}_leases ml ON ml.name = '~epoch' WHERE e.id = 1 AND e.quarantine_until <= clock_timestamp())"
+	const check = "\n           AND EXISTS (SELECT 1 FROM {p}_epoch qe JOIN {p}_sessions qs ON qs.id = '~epoch' JOIN {p}_leases ql ON ql.name = '~epoch' WHERE qe.id = 1 AND qe.quarantine_until <= clock_timestamp())"
 	if strings.Count(body, check) != 2 {
-		return "", fmt.Errorf("acquire_v2's epoch check not found twice")
+		return "", fmt.Errorf("acquire_v4's epoch check not found twice")
 	}
 	return core.Expand(strings.ReplaceAll(body, check, ""), prefix)
 }

@@ -75,9 +75,9 @@ func dropSchema(t testing.TB, pool *pgxpool.Pool, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := pool.Exec(ctx, `
-DROP FUNCTION IF EXISTS `+prefix+`_open_v4, `+prefix+`_renew_v3, `+prefix+`_acquire_v3, `+prefix+`_epoch_v2,
+DROP FUNCTION IF EXISTS `+prefix+`_acquire_v4, `+prefix+`_open_v4, `+prefix+`_renew_v3, `+prefix+`_acquire_v3, `+prefix+`_epoch_v2,
     `+prefix+`_open_v1, `+prefix+`_open_v2, `+prefix+`_open_v3, `+prefix+`_renew_v1, `+prefix+`_renew_v2,
-    `+prefix+`_acquire_v1, `+prefix+`_acquire_v2, `+prefix+`_epoch_v1, `+prefix+`_release_v1, `+prefix+`_release_v2, `+prefix+`_close_v1, `+prefix+`_close_v2;
+    `+prefix+`_acquire_v1, `+prefix+`_acquire_v2, `+prefix+`_epoch_v1, `+prefix+`_release_v1, `+prefix+`_release_v2, `+prefix+`_close_v1, `+prefix+`_close_v2, `+prefix+`_release_v3, `+prefix+`_close_v3;
 DROP TABLE IF EXISTS `+prefix+`_sessions, `+prefix+`_leases, `+prefix+`_schema, `+prefix+`_epoch;`)
 	if err != nil {
 		t.Errorf("drop schema %s: %v", prefix, err)
@@ -92,6 +92,28 @@ func open(t testing.TB, b driver.Backend, lease time.Duration) driver.ID {
 func acquire(t testing.TB, b driver.Backend, id driver.ID, name string) uint64 {
 	t.Helper()
 	return sqltest.Acquire(t, b, id, name)
+}
+
+// waitFor has a new session of b be refused each name, as a waiting
+// candidate is, so that the names' next release or close notifies (ADR
+// 0162: a release notifies only names an acquire was refused).
+func waitFor(t testing.TB, b driver.Backend, names ...string) {
+	t.Helper()
+	w := open(t, b, 10*time.Second)
+	for _, n := range names {
+		if tok := acquire(t, b, w, n); tok != 0 {
+			t.Fatalf("the waiter took %q (token %d), want a refusal", n, tok)
+		}
+	}
+}
+
+// acquireWaited acquires name for id and has another session be refused
+// it, for a release that notifies; it returns the token.
+func acquireWaited(t testing.TB, b driver.Backend, id driver.ID, name string) uint64 {
+	t.Helper()
+	tok := acquire(t, b, id, name)
+	waitFor(t, b, name)
+	return tok
 }
 
 func ctxT(t testing.TB) context.Context { return sqltest.Ctx(t) }

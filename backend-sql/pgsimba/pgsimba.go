@@ -22,7 +22,7 @@ import (
 // schemaVersion is the version of the tables and routines this code calls
 // (docs/adr/0081-sql-schema-versions.md; the versions are listed in
 // internal/core/schema.go).
-const schemaVersion = 4
+const schemaVersion = 5
 
 // Option configures [New] and [Connect].
 type Option func(*config)
@@ -339,10 +339,10 @@ func newQueries(prefix string) (queries, error) {
 		// A literal prefix: no LIKE, whose _ would be a wildcard.
 		{&q.inspectPrefix, inspectSQL + "left(l.name, length($1)) = $1"},
 		{&q.renew, "SELECT r_remaining_us, r_version, r_name, r_token FROM {p}_renew_v3($1, $2, $3)"},
-		{&q.acquire, "SELECT r_name, r_token FROM {p}_acquire_v3($1, $2, $3, $4)"},
+		{&q.acquire, "SELECT {p}_acquire_v4($1, $2, $3, $4)"},
 		{&q.epoch, "SELECT {p}_epoch_v2($1, $2)"},
-		{&q.release, "SELECT {p}_release_v2($1, $2, $3, $4)"},
-		{&q.close, "SELECT {p}_close_v2($1, $2)"},
+		{&q.release, "SELECT {p}_release_v3($1, $2, $3, $4)"},
+		{&q.close, "SELECT {p}_close_v3($1, $2)"},
 		{&q.channel, `LISTEN "{p}_released"`},
 	} {
 		if *s.dst, err = core.Expand(s.text, prefix); err != nil {
@@ -425,7 +425,7 @@ func (s store) Acquire(ctx context.Context, id string, names []string, quarantin
 			return core.AcquireResult{Tokens: tokens}, err == nil, err
 		}
 		// The namespace's records were lost, or it is quarantined:
-		// acquire_v2 (which acquire_v3 calls) rolled everything back.
+		// acquire_v4 rolled everything back.
 		// epoch_v2 (epoch_v1's body, its commit flushed: ADR 0160) notes
 		// the loss and says how long the quarantine has left (ADR 0135).
 		var left int64
@@ -436,18 +436,28 @@ func (s store) Acquire(ctx context.Context, id string, names []string, quarantin
 			return core.AcquireResult{QuarantineUS: left}, true, nil
 		}
 		if attempt == 3 { // the quarantine ended, yet acquire still finds it
-			return core.AcquireResult{}, false, fmt.Errorf("%w: acquire_v3 reports a lost or quarantined namespace that epoch_v2 does not", core.ErrBadReply)
+			return core.AcquireResult{}, false, fmt.Errorf("%w: acquire_v4 reports a lost or quarantined namespace that epoch_v2 does not", core.ErrBadReply)
 		}
 	}
 }
 
 func (s store) acquireOnce(ctx context.Context, id string, names []string, quarantineUS, waitMS int64) ([]uint64, error) {
-	rows, err := s.b.pool.Query(ctx, s.b.q.acquire, id, names, quarantineUS, waitMS)
-	if err != nil {
+	// One row, the tokens in the order of names (ADR 0162).
+	var got []int64
+	if err := s.b.pool.QueryRow(ctx, s.b.q.acquire, id, names, quarantineUS, waitMS).Scan(&got); err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	return s.acquired(rows, names)
+	if len(got) != len(names) {
+		return nil, fmt.Errorf("%w: %d tokens for %d names", core.ErrBadReply, len(got), len(names))
+	}
+	tokens := make([]uint64, len(got))
+	for i, t := range got {
+		if t < 0 {
+			return nil, fmt.Errorf("%w: token %d for %q", core.ErrBadReply, t, names[i])
+		}
+		tokens[i] = uint64(t)
+	}
+	return tokens, nil
 }
 
 // sqlstateExpired is raised by the acquire routine for an expired or
@@ -457,22 +467,6 @@ const (
 	sqlstateExpired = "SX001"
 	sqlstateLost    = "SX002"
 )
-
-func (s store) acquired(rows pgx.Rows, names []string) ([]uint64, error) {
-	tokens := make([]uint64, 0, len(names))
-	for rows.Next() {
-		var name string
-		var token int64
-		if err := rows.Scan(&name, &token); err != nil {
-			return nil, err
-		}
-		if len(tokens) >= len(names) || names[len(tokens)] != name {
-			return nil, fmt.Errorf("%w: token for %q out of order", core.ErrBadReply, name)
-		}
-		tokens = append(tokens, uint64(token))
-	}
-	return tokens, rows.Err()
-}
 
 func (s store) Release(ctx context.Context, id string, leases []driver.Lease, waitMS int64) error {
 	names := make([]string, len(leases))

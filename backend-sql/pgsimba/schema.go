@@ -554,6 +554,170 @@ END $$;
 
 UPDATE {p}_schema SET version = 4, compatible_from = 1 WHERE id = 1;
 `,
+	// 5 (ADR 0162): a release notice only for a name an acquire was
+	// refused, and acquire_v3 in one routine. The lease row gets
+	// waited, set by acquire_v4 on every name it refuses because a live
+	// session holds it (under the row's lock, before its commit); release_v3
+	// and close_v3 notify a freed name only when it is set; a grant of a
+	// name that a release freed clears it (that release notified), a
+	// takeover of an expired owner's name leaves it (the waiters before it
+	// were not notified). acquire_v4 is acquire_v2's body and acquire_v3's
+	// flush with every check of both, and no call of one routine from
+	// another: it answers the tokens as one array, in the order of p_names
+	// (0: held by a live session), a plain function rather than a
+	// set-returning one. The version 3 and 4 routines stay for processes
+	// not yet upgraded: their releases notify always, their refusals set
+	// no mark (such a waiter finds the name on its next candidate tick).
+	4: `
+ALTER TABLE {p}_leases ADD COLUMN IF NOT EXISTS waited boolean NOT NULL DEFAULT false;
+
+CREATE OR REPLACE FUNCTION {p}_acquire_v4(p_id text, p_names text[], p_quarantine_us bigint, p_wait_ms bigint)
+RETURNS bigint[]
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_name   text;
+    v_owner  text;
+    v_token  bigint;
+    v_held   boolean;
+    v_waited boolean;
+    v_alive  boolean;
+    v_won    boolean := false;
+    v_i      integer := 0;
+    v_tokens bigint[] := '{}';
+BEGIN
+    -- Bounded lock waits, and at least a local WAL flush at commit (ADR
+    -- 0160: raised only from off, for this transaction only), in one
+    -- statement; CASE calls set_config only when the setting is off.
+    PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true),
+            CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END;
+    -- As acquire_v2 (see its comments and acquire_v1's): p_names sorted,
+    -- lease rows locked in that order, and the session, the epoch row,
+    -- both markers and the quarantine checked by the statement at the
+    -- end, after every lock wait.
+    FOREACH v_name IN ARRAY p_names LOOP
+        v_i := v_i + 1;
+        UPDATE {p}_leases l SET session_id = p_id, held = true, waited = false,
+               token = greatest(l.token + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+         WHERE l.name = v_name AND NOT l.held
+        RETURNING l.token INTO v_token;
+        IF FOUND THEN
+            v_won := true;
+            v_tokens[v_i] := v_token;
+            CONTINUE;
+        END IF;
+        INSERT INTO {p}_leases AS l (name, session_id, token, held)
+        VALUES (v_name, p_id, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, true)
+        ON CONFLICT (name) DO NOTHING
+        RETURNING l.token INTO v_token;
+        IF FOUND THEN
+            v_won := true;
+            v_tokens[v_i] := v_token;
+            CONTINUE;
+        END IF;
+        SELECT l.session_id, l.token, l.held, l.waited INTO v_owner, v_token, v_held, v_waited
+          FROM {p}_leases l WHERE l.name = v_name FOR UPDATE;
+        IF v_held AND v_owner = p_id THEN
+            v_tokens[v_i] := v_token;
+            CONTINUE;
+        END IF;
+        v_alive := NULL;
+        IF v_held THEN
+            SELECT s.expires_at > clock_timestamp() INTO v_alive
+              FROM {p}_sessions s WHERE s.id = v_owner;
+            IF v_alive IS NOT TRUE THEN
+                PERFORM 1 FROM {p}_sessions s WHERE s.id = v_owner FOR SHARE;
+                SELECT s.expires_at > clock_timestamp() INTO v_alive
+                  FROM {p}_sessions s WHERE s.id = v_owner;
+            END IF;
+        END IF;
+        IF v_alive THEN
+            -- Refused: mark the name waited for (the row is locked since
+            -- the SELECT above), once per wait, so that the next release
+            -- or close notifies.
+            IF NOT v_waited THEN
+                UPDATE {p}_leases l SET waited = true WHERE l.name = v_name;
+            END IF;
+            v_tokens[v_i] := 0;
+        ELSE
+            UPDATE {p}_leases l SET session_id = p_id, held = true,
+                   token = greatest(l.token + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+             WHERE l.name = v_name
+            RETURNING l.token INTO v_token;
+            v_won := true;
+            v_tokens[v_i] := v_token;
+        END IF;
+    END LOOP;
+    IF v_won THEN
+        UPDATE {p}_sessions s SET version = s.version + 1
+         WHERE s.id = p_id AND s.expires_at > clock_timestamp()
+           AND EXISTS (SELECT 1 FROM {p}_epoch qe JOIN {p}_sessions qs ON qs.id = '~epoch' JOIN {p}_leases ql ON ql.name = '~epoch' WHERE qe.id = 1 AND qe.quarantine_until <= clock_timestamp());
+    ELSE
+        PERFORM 1 FROM {p}_sessions s WHERE s.id = p_id AND s.expires_at > clock_timestamp()
+           AND EXISTS (SELECT 1 FROM {p}_epoch qe JOIN {p}_sessions qs ON qs.id = '~epoch' JOIN {p}_leases ql ON ql.name = '~epoch' WHERE qe.id = 1 AND qe.quarantine_until <= clock_timestamp());
+    END IF;
+    IF NOT FOUND THEN
+        PERFORM 1 FROM {p}_sessions s WHERE s.id = p_id AND s.expires_at > clock_timestamp();
+        IF FOUND THEN
+            RAISE EXCEPTION 'simba: namespace {p} lost its records or is quarantined' USING ERRCODE = 'SX002';
+        END IF;
+        RAISE EXCEPTION 'simba: session % expired or unknown', p_id USING ERRCODE = 'SX001';
+    END IF;
+    RETURN v_tokens;
+END $$;
+
+-- release_v3 is release_v2 whose notice names only what a refused
+-- acquire marked (the mark stays: the next grant of the name clears it).
+CREATE OR REPLACE FUNCTION {p}_release_v3(p_id text, p_names text[], p_tokens bigint[], p_wait_ms bigint)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n      integer := 0;
+    v_waited boolean;
+BEGIN
+    -- Both for this call's transaction only: no wait for the WAL flush
+    -- (ADR 0034), and bounded lock waits.
+    PERFORM set_config('synchronous_commit', 'off', true), set_config('lock_timeout', p_wait_ms || 'ms', true);
+    FOR i IN 1 .. coalesce(array_length(p_names, 1), 0) LOOP
+        UPDATE {p}_leases l SET held = false
+         WHERE l.name = p_names[i] AND l.token = p_tokens[i] AND l.session_id = p_id AND l.held
+        RETURNING l.waited INTO v_waited;
+        IF FOUND THEN
+            v_n := v_n + 1;
+            IF v_waited THEN
+                PERFORM pg_notify('{p}_released', p_names[i]);
+            END IF;
+        END IF;
+    END LOOP;
+    IF v_n > 0 THEN
+        UPDATE {p}_sessions s SET version = s.version + 1 WHERE s.id = p_id;
+    END IF;
+    RETURN v_n;
+END $$;
+
+-- close_v3 is close_v2 whose notices name only what a refused acquire
+-- marked.
+CREATE OR REPLACE FUNCTION {p}_close_v3(p_id text, p_wait_ms bigint) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_name   text;
+    v_waited boolean;
+    v_n      integer := 0;
+BEGIN
+    PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true);
+    FOR v_name, v_waited IN SELECT l.name, l.waited FROM {p}_leases l WHERE l.session_id = p_id AND l.held
+                   ORDER BY l.name FOR UPDATE LOOP
+        UPDATE {p}_leases l SET held = false WHERE l.name = v_name;
+        IF v_waited THEN
+            PERFORM pg_notify('{p}_released', v_name);
+        END IF;
+        v_n := v_n + 1;
+    END LOOP;
+    DELETE FROM {p}_sessions s WHERE s.id = p_id;
+    RETURN v_n;
+END $$;
+
+UPDATE {p}_schema SET version = 5, compatible_from = 1 WHERE id = 1;
+`,
 }
 
 // initEpoch ends the creation of a new namespace (Migration from 0), in

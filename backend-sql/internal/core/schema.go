@@ -17,7 +17,10 @@ import (
 // (ADR 0135); version 4 on MySQL/MariaDB adds acquire and release routines
 // whose lock waits the caller bounds (ADR 0144), and on PostgreSQL open,
 // renew, acquire and epoch routines that commit with at least a local WAL
-// flush whatever synchronous_commit says (ADR 0160).
+// flush whatever synchronous_commit says (ADR 0160); version 5 on
+// PostgreSQL adds the leases' waited mark, an acquire routine that sets it
+// on a refusal, and release and close routines that notify only marked
+// names (ADR 0162).
 
 // Installed is what a namespace's schema table records: its version, and
 // the oldest code version whose routines it still serves (a migration

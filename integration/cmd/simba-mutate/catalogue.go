@@ -373,10 +373,33 @@ var catalogue = []Mutation{
 	// that New installs in each fresh test namespace; they run the
 	// dialect's tests against the real servers of .services/env.
 	{Name: "sql-pg-epoch-ignored", File: "backend-sql/pgsimba/schema.go",
-		Old:     "s.expires_at > clock_timestamp()\n           AND EXISTS (SELECT 1 FROM {p}_epoch e JOIN {p}_sessions ms ON ms.id = '~epoch' JOIN {p}_leases ml ON ml.name = '~epoch' WHERE e.id = 1 AND e.quarantine_until <= clock_timestamp());\n    ELSE",
+		Old:     "s.expires_at > clock_timestamp()\n           AND EXISTS (SELECT 1 FROM {p}_epoch qe JOIN {p}_sessions qs ON qs.id = '~epoch' JOIN {p}_leases ql ON ql.name = '~epoch' WHERE qe.id = 1 AND qe.quarantine_until <= clock_timestamp());\n    ELSE", // acquire_v4's (ADR 0162)
 		New:     "s.expires_at > clock_timestamp();\n    ELSE",
 		Catch:   "backend-sql pgsimba TestDataLoss/QuarantineAfter* (a grant right after the loss), kit TokensSurviveDataLoss",
 		Modules: []string{"backend-sql/pgsimba"}, Run: "TestDataLoss/(QuarantineAfter|EpochRowDeleted)"},
+	// PostgreSQL: a release notice only for a name an acquire was refused
+	// (ADR 0162, as ADR 0147 on Redis).
+	{Name: "sql-pg-refusal-not-marked", File: "backend-sql/pgsimba/schema.go",
+		Old: "            IF NOT v_waited THEN\n                UPDATE {p}_leases l SET waited = true WHERE l.name = v_name;\n            END IF;\n", New: "",
+		Catch:   "backend-sql pgsimba TestBroadcastRelease, TestNotice*, TestEngineHandoverByNotify, kit BroadcastOnRelease (no notice after a refused acquire)",
+		Modules: []string{"backend-sql/pgsimba"}, Run: "TestBroadcastRelease|TestNotice|TestEngineHandoverByNotify|TestConformance"},
+	{Name: "sql-pg-takeover-clears-mark", File: "backend-sql/pgsimba/schema.go",
+		Old:     "        ELSE\n            UPDATE {p}_leases l SET session_id = p_id, held = true,\n                   token = greatest(l.token + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)\n             WHERE l.name = v_name\n            RETURNING l.token INTO v_token;\n            v_won := true;\n            v_tokens[v_i] := v_token;",
+		New:     "        ELSE\n            UPDATE {p}_leases l SET session_id = p_id, held = true, waited = false,\n                   token = greatest(l.token + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)\n             WHERE l.name = v_name\n            RETURNING l.token INTO v_token;\n            v_won := true;\n            v_tokens[v_i] := v_token;",
+		Catch:   "backend-sql pgsimba TestNoticeAfterTakeoverReachesEarlierWaiter (W refused, the owner's session ends, C takes over and releases: no notice for W)",
+		Modules: []string{"backend-sql/pgsimba"}, Run: "TestNoticeAfterTakeover"},
+	{Name: "sql-pg-release-ignores-mark", File: "backend-sql/pgsimba/schema.go",
+		Old:     "            IF v_waited THEN\n                PERFORM pg_notify('{p}_released', p_names[i]);\n            END IF;\n", New: "",
+		Catch:   "backend-sql pgsimba TestBroadcastRelease, TestNoticeMarkIsSetAgainByTheNextRefusal, kit BroadcastOnRelease",
+		Modules: []string{"backend-sql/pgsimba"}, Run: "TestBroadcastRelease|TestNotice|TestConformance"},
+	{Name: "sql-pg-close-ignores-mark", File: "backend-sql/pgsimba/schema.go",
+		Old:     "        IF v_waited THEN\n            PERFORM pg_notify('{p}_released', v_name);\n        END IF;\n", New: "",
+		Catch:   "backend-sql pgsimba TestBroadcastRelease (no notice for c1 and c2 after Close), TestNoticeMarkIsSetAgainByTheNextRefusal",
+		Modules: []string{"backend-sql/pgsimba"}, Run: "TestBroadcastRelease|TestNotice"},
+	{Name: "sql-pg-grant-keeps-mark", File: "backend-sql/pgsimba/schema.go",
+		Old:     "UPDATE {p}_leases l SET session_id = p_id, held = true, waited = false,\n", New: "UPDATE {p}_leases l SET session_id = p_id, held = true,\n",
+		Catch:   "backend-sql pgsimba TestNoticeMarkIsSetAgainByTheNextRefusal (a release nobody was refused since the last notice notifies again)",
+		Modules: []string{"backend-sql/pgsimba"}, Run: "TestNoticeMarkIsSetAgain"},
 	// The MySQL/MariaDB routine mutations change acquire_v3, which the
 	// tests' MariaDB runs (acquire_v2 is MySQL's since schema version 4,
 	// ADR 0144).
@@ -411,7 +434,9 @@ var catalogue = []Mutation{
 	// MariaDB the routines that note a loss besides acquire (open_v3,
 	// renew_v2), acquire's own look at the marks on its two paths that can
 	// grant what a loss makes look free, and the finders' turns in lost_v1;
-	// on PostgreSQL each part of acquire_v2's final check of the marks.
+	// on PostgreSQL each part of the final check of the marks in
+	// acquire_v4, the routine the code calls since schema version 5 (ADR
+	// 0162; acquire_v2's, the same check, is no longer run by the tests).
 	{Name: "sql-my-renew-ignores-loss", File: "backend-sql/mysqlsimba/schema.go",
 		Old:     "IF NOT EXISTS (SELECT 1 FROM {p}_epoch WHERE id = 1) OR NOT EXISTS (SELECT 1 FROM {p}_leases WHERE name = '~epoch')\n       OR NOT EXISTS (SELECT 1 FROM {p}_sessions WHERE id = '~epoch') THEN",
 		New:     "IF FALSE THEN",
@@ -438,18 +463,18 @@ var catalogue = []Mutation{
 		Catch:   "backend-sql mysqlsimba TestAcquireAfterAnotherFinderReportsItsQuarantine (an Acquire that finds a loss another finder is noting does not wait for it)",
 		Modules: []string{"backend-sql/mysqlsimba"}, Run: "TestAcquireAfterAnotherFinderReportsItsQuarantine"},
 	{Name: "sql-pg-sessions-marker-unchecked", File: "backend-sql/pgsimba/schema.go",
-		Old:     "JOIN {p}_sessions ms ON ms.id = '~epoch' JOIN {p}_leases ml ON ml.name = '~epoch' WHERE e.id = 1 AND e.quarantine_until <= clock_timestamp());\n    ELSE",
-		New:     "JOIN {p}_leases ml ON ml.name = '~epoch' WHERE e.id = 1 AND e.quarantine_until <= clock_timestamp());\n    ELSE",
+		Old:     "JOIN {p}_sessions qs ON qs.id = '~epoch' JOIN {p}_leases ql ON ql.name = '~epoch' WHERE qe.id = 1 AND qe.quarantine_until <= clock_timestamp());\n    ELSE",
+		New:     "JOIN {p}_leases ql ON ql.name = '~epoch' WHERE qe.id = 1 AND qe.quarantine_until <= clock_timestamp());\n    ELSE",
 		Catch:   "backend-sql pgsimba TestDataLoss/QuarantineAfterTruncateSessionsOnly (a new session takes over the vanished sessions' leases at once)",
 		Modules: []string{"backend-sql/pgsimba"}, Run: "TestDataLoss/QuarantineAfterTruncateSessionsOnly"},
 	{Name: "sql-pg-leases-marker-unchecked", File: "backend-sql/pgsimba/schema.go",
-		Old:     "JOIN {p}_sessions ms ON ms.id = '~epoch' JOIN {p}_leases ml ON ml.name = '~epoch' WHERE e.id = 1 AND e.quarantine_until <= clock_timestamp());\n    ELSE",
-		New:     "JOIN {p}_sessions ms ON ms.id = '~epoch' WHERE e.id = 1 AND e.quarantine_until <= clock_timestamp());\n    ELSE",
+		Old:     "JOIN {p}_sessions qs ON qs.id = '~epoch' JOIN {p}_leases ql ON ql.name = '~epoch' WHERE qe.id = 1 AND qe.quarantine_until <= clock_timestamp());\n    ELSE",
+		New:     "JOIN {p}_sessions qs ON qs.id = '~epoch' WHERE qe.id = 1 AND qe.quarantine_until <= clock_timestamp());\n    ELSE",
 		Catch:   "backend-sql pgsimba TestDataLoss/QuarantineAfterTruncateLeasesOnly (the lost names are granted again at once)",
 		Modules: []string{"backend-sql/pgsimba"}, Run: "TestDataLoss/QuarantineAfterTruncateLeasesOnly"},
 	{Name: "sql-pg-quarantine-until-unchecked", File: "backend-sql/pgsimba/schema.go",
-		Old:     "WHERE e.id = 1 AND e.quarantine_until <= clock_timestamp());\n    ELSE",
-		New:     "WHERE e.id = 1);\n    ELSE",
+		Old:     "WHERE qe.id = 1 AND qe.quarantine_until <= clock_timestamp());\n    ELSE",
+		New:     "WHERE qe.id = 1);\n    ELSE",
 		Catch:   "backend-sql pgsimba TestDataLoss/QuarantineAfter*, EpochRowDeletedQuarantinesKeepingHolders (granted inside the quarantine, once the epoch row is back)",
 		Modules: []string{"backend-sql/pgsimba"}, Run: "TestDataLoss/(QuarantineAfter|EpochRowDeleted)"},
 	// PostgreSQL: the routines that grant or extend a belief commit with
@@ -461,8 +486,8 @@ var catalogue = []Mutation{
 		Catch:   "integration TestPostgresCommitsSurviveAKill (on a server with synchronous_commit off, a kill right after a renewal restarts with the session's older expiry)",
 		Modules: []string{"integration"}, Run: "TestPostgresCommitsSurviveAKill"},
 	{Name: "sql-pg-acquire-commit-async", File: "backend-sql/pgsimba/schema.go",
-		Old:     "    IF current_setting('synchronous_commit') = 'off' THEN\n        PERFORM set_config('synchronous_commit', 'local', true);\n    END IF;\n    RETURN QUERY SELECT * FROM {p}_acquire_v2(",
-		New:     "    RETURN QUERY SELECT * FROM {p}_acquire_v2(",
+		Old:     "PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true),\n            CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END;", // acquire_v4's (ADR 0162)
+		New:     "PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true);",
 		Catch:   "backend-sql pgsimba TestRoutineCommitSettings/off; integration TestPostgresCommitsSurviveAKill (a kill right after a grant restarts without it)",
 		Modules: []string{"backend-sql/pgsimba", "integration"}, Run: "TestRoutineCommitSettings|TestPostgresCommitsSurviveAKill"},
 	{Name: "sql-pg-flush-lowers-stronger-setting", File: "backend-sql/pgsimba/schema.go",
