@@ -22,8 +22,10 @@ var errShutdown = errors.New("pgsimba: backend shut down")
 // one dedicated connection (taken from the pool and kept out of it) that
 // LISTENs on [Channel]; the last stop closes it. Subscribe waits until
 // LISTEN is in effect, at most [WithListenWait] (then candidates poll until
-// it is, and a warning is logged). Every release or close in the namespace is
-// delivered with its lease name. Each time the connection is
+// it is, and a warning is logged). Every release or close in the namespace
+// of a name that an acquire was refused since the name was last granted
+// after a release (a name a candidate waits for, ADR 0162) is delivered
+// with its lease name. Each time the connection is
 // (re-)established, fn also gets an empty [driver.Notice], because
 // notifications sent while nobody listened are lost: candidates then try
 // at once instead of waiting for their next periodic attempt.

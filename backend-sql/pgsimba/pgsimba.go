@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	sqlbackend "github.com/simba-go/simba/backend-sql"
@@ -194,11 +195,44 @@ func Migration(prefix string, from int) (string, error) {
 // namespace named by prefix are announced; the payload is the lease name.
 func Channel(prefix string) (string, error) { return core.Expand("{p}_released", prefix) }
 
+// schemaLockWait bounds each lock wait of a schema migration's DDL. An
+// ALTER TABLE queued behind a long reader of the table (a report, a dump,
+// a client idle in a transaction) would otherwise hold every later lease
+// call of the namespace, from old and new processes, queued behind it
+// (ADR 0162); it gives up after this long and is tried again.
+const schemaLockWait = 200 * time.Millisecond
+
 func (b *Backend) createSchema(ctx context.Context) error {
 	h := fnv.New64a()
 	h.Write([]byte("simba-schema:" + b.prefix))
 	key := int64(h.Sum64())
-	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+	backoff := schemaLockWait
+	for {
+		err := b.migrateOnce(ctx, key)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != sqlstateLockNotAvailable {
+			if err != nil {
+				return fmt.Errorf("pgsimba: create schema %q: %w", b.prefix, err)
+			}
+			return b.checkSchema(ctx)
+		}
+		b.log.Info("pgsimba: schema migration waits for a lock on the namespace's tables; trying again", "namespace", b.prefix, "in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("pgsimba: create schema %q: a lock on the namespace's tables stayed taken: %w (last: %w)", b.prefix, ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// sqlstateLockNotAvailable is lock_timeout's SQLSTATE.
+const sqlstateLockNotAvailable = "55P03"
+
+func (b *Backend) migrateOnce(ctx context.Context, key int64) error {
+	return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", key); err != nil {
 			return err
 		}
@@ -212,7 +246,12 @@ func (b *Backend) createSchema(ctx context.Context) error {
 		}
 		// The tables commit with a WAL flush, as the routines' writes do
 		// (ADR 0160): a crash right after New would otherwise lose them.
+		// The DDL's lock waits are bounded (schemaLockWait), for this
+		// transaction only.
 		if _, err := tx.Exec(ctx, "SELECT set_config('synchronous_commit', 'local', true) WHERE current_setting('synchronous_commit') = 'off'"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", schemaLockWait.Milliseconds())); err != nil {
 			return err
 		}
 		// No arguments: pgx sends it with the simple protocol, which
@@ -220,10 +259,6 @@ func (b *Backend) createSchema(ctx context.Context) error {
 		_, err = tx.Exec(ctx, ddl)
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("pgsimba: create schema %q: %w", b.prefix, err)
-	}
-	return b.checkSchema(ctx)
 }
 
 // checkSchema refuses a namespace whose installed schema this code cannot
@@ -302,13 +337,14 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 }
 
 // Release implements [driver.Backend] in one statement, which also
-// announces each freed name on [Channel] in the same transaction.
+// announces on [Channel], in the same transaction, each freed name that an
+// acquire was refused (ADR 0162).
 func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error {
 	return b.core.Release(ctx, req)
 }
 
 // Close implements [driver.Backend]: it deletes the session and frees
-// (and announces) every lease it owned.
+// every lease it owned, announcing those an acquire was refused.
 func (b *Backend) Close(ctx context.Context, id driver.ID) error {
 	return b.core.Close(ctx, id)
 }
@@ -442,20 +478,26 @@ func (s store) Acquire(ctx context.Context, id string, names []string, quarantin
 }
 
 func (s store) acquireOnce(ctx context.Context, id string, names []string, quarantineUS, waitMS int64) ([]uint64, error) {
-	// One row, the tokens in the order of names (ADR 0162).
-	var got []int64
+	// One row, the tokens in the order of names (ADR 0162): a
+	// one-dimensional array of one non-NULL, non-negative token per name
+	// (0: held by a live session). Anything else is a routine changed by
+	// hand, and grants nothing.
+	var got pgtype.Array[pgtype.Int8]
 	if err := s.b.pool.QueryRow(ctx, s.b.q.acquire, id, names, quarantineUS, waitMS).Scan(&got); err != nil {
 		return nil, err
 	}
-	if len(got) != len(names) {
-		return nil, fmt.Errorf("%w: %d tokens for %d names", core.ErrBadReply, len(got), len(names))
+	if !got.Valid || len(got.Dims) != 1 || got.Dims[0].LowerBound != 1 || int(got.Dims[0].Length) != len(names) || len(got.Elements) != len(names) {
+		return nil, fmt.Errorf("%w: acquire_v4 answered %d tokens with dimensions %v for %d names, want a one-dimensional array of one per name", core.ErrBadReply, len(got.Elements), got.Dims, len(names))
 	}
-	tokens := make([]uint64, len(got))
-	for i, t := range got {
-		if t < 0 {
-			return nil, fmt.Errorf("%w: token %d for %q", core.ErrBadReply, t, names[i])
+	tokens := make([]uint64, len(names))
+	for i, t := range got.Elements {
+		if !t.Valid {
+			return nil, fmt.Errorf("%w: acquire_v4 answered NULL for %q, want a token ≥ 0", core.ErrBadReply, names[i])
 		}
-		tokens[i] = uint64(t)
+		if t.Int64 < 0 {
+			return nil, fmt.Errorf("%w: acquire_v4 answered token %d for %q, want a token ≥ 0", core.ErrBadReply, t.Int64, names[i])
+		}
+		tokens[i] = uint64(t.Int64)
 	}
 	return tokens, nil
 }

@@ -2,6 +2,8 @@ package pgsimba_test
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -157,5 +159,69 @@ func TestAcquireAfterAnotherFinderKeepsItsQuarantine(t *testing.T) {
 	}
 	if version != 2 {
 		t.Errorf("the session's version after one loss = %d, want 2 (bumped once)", version)
+	}
+}
+
+// A migration whose ALTER TABLE must wait for a long reader of the leases
+// does not hold the namespace's lease calls behind it (ADR 0162): its lock
+// waits are bounded, it gives up and tries again, and a process on the
+// old code keeps acquiring meanwhile; once the reader ends, New finishes.
+func TestMigrationWaitsBehindAReaderWithoutBlockingLeaseCalls(t *testing.T) {
+	pool := newPool(t, pgURL(t), nil)
+	prefix := sqltest.FreshPrefix()
+	t.Cleanup(func() { dropSchema(t, pool, prefix) })
+	ddl, err := pgsimba.SchemaAt(prefix, pgsimba.SchemaVersion-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// prefix is a fresh valid prefix, the only text placed into SQL here.
+	if _, err := pool.Exec(ctxT(t), ddl+"INSERT INTO "+prefix+"_epoch (id, quarantine_until) VALUES (1, clock_timestamp())"); err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	if err := pool.QueryRow(ctxT(t), "SELECT "+prefix+"_open_v4($1, 600000000, '', 5000)", "00000000000000000000000000000001").Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := pool.Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback(context.Background())
+	var pid int32
+	if err := reader.QueryRow(ctxT(t), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.Exec(ctxT(t), "SELECT count(*) FROM "+prefix+"_leases"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		b, err := pgsimba.New(ctxT(t), pool, pgsimba.WithNamespace(prefix), pgsimba.WithLogger(slog.New(slog.DiscardHandler)))
+		if err == nil {
+			_ = b.Shutdown(context.Background())
+		}
+		done <- err
+	}()
+	blockedBy(t, pool, pid) // the migration's ALTER TABLE waits for the reader
+	for i := range 3 {
+		var name string
+		var tok int64
+		start := time.Now()
+		err := pool.QueryRow(ctxT(t), "SELECT r_name, r_token FROM "+prefix+"_acquire_v3($1, $2, 1000000, 1000)",
+			"00000000000000000000000000000001", []string{fmt.Sprintf("n%d", i)}).Scan(&name, &tok)
+		if err != nil || tok <= 0 {
+			t.Fatalf("old code's acquire %d while the migration waits (after %v): token %d, %v", i, time.Since(start).Round(time.Millisecond), tok, err)
+		}
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("New returned while the reader still holds its lock: %v", err)
+	default:
+	}
+	if err := reader.Commit(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("New after the reader ended: %v", err)
 	}
 }

@@ -136,7 +136,7 @@ func (c *leaderCmd) Run(e *environment) error {
 
 type watchCmd struct {
 	Name string        `arg:"" help:"The election's lease name."`
-	Poll time.Duration `help:"How often to ask the backend (a release notice, sent on Redis only for a name a candidate waits for, makes it ask at once)." default:"1s"`
+	Poll time.Duration `help:"How often to ask the backend (a release notice, sent on Redis and PostgreSQL only for a name a candidate waits for, makes it ask at once)." default:"1s"`
 }
 
 func (c *watchCmd) Run(e *environment) error {

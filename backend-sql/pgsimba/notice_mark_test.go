@@ -1,0 +1,213 @@
+package pgsimba_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/simba-go/simba/backend-sql/internal/core"
+	"github.com/simba-go/simba/backend-sql/internal/sqltest"
+	"github.com/simba-go/simba/session/driver"
+)
+
+// blockedBy waits until some backend's lock wait is blocked by pid: the
+// call started in another goroutine waits for the row pid's transaction
+// holds.
+func blockedBy(t *testing.T, pool *pgxpool.Pool, pid int32) {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	limit := time.After(10 * time.Second)
+	for {
+		var n int
+		if err := pool.QueryRow(ctxT(t), "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", pid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-limit:
+			t.Fatalf("no backend blocked by %d within 10s", pid)
+		}
+	}
+}
+
+// A refusal whose transaction still holds the name's row while the
+// holder's release or close waits for that row (or a grant that W's
+// refusal waits for): the release reads the mark after the refusal
+// committed, and notifies (ADR 0162's argument, the interleaving of row
+// locks it rests on). A release that read the mark before taking the row
+// would miss it.
+func TestNoticeWhenRefusalCommitsWhileReleaseWaits(t *testing.T) {
+	for _, mode := range []string{"release", "close", "grant-then-refuse"} {
+		t.Run(mode, func(t *testing.T) {
+			pool := newPool(t, pgURL(t), nil)
+			prefix := sqltest.FreshPrefix()
+			b := newBackend(t, pool, prefix)
+			ch, _ := subscribe(t, b)
+			next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
+			a := open(t, b, 10*time.Second)
+			w := open(t, b, 10*time.Second)
+			tx := acquire(t, b, a, "x")
+			acquire(t, b, a, "y") // nobody waits for y
+			// prefix is a fresh valid prefix, the only text placed into SQL here.
+			acquireSQL := "SELECT " + prefix + "_acquire_v4($1, $2, 1000000, 5000)"
+			holder := a
+			if mode == "grant-then-refuse" {
+				// x is free; G's grant is still open when W's acquire
+				// comes, so W waits for it, then is refused and marks.
+				if err := b.Release(ctxT(t), driver.ReleaseRequest{ID: a, Leases: []driver.Lease{{Name: "x", Token: tx}}}); err != nil {
+					t.Fatal(err)
+				}
+				g := open(t, b, 10*time.Second)
+				txG, err := pool.Begin(ctxT(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var pid int32
+				var got []int64
+				if err := txG.QueryRow(ctxT(t), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+					t.Fatal(err)
+				}
+				if err := txG.QueryRow(ctxT(t), acquireSQL, string(g), []string{"x"}).Scan(&got); err != nil || got[0] == 0 {
+					t.Fatalf("G's acquire: %v, %v", got, err)
+				}
+				refused := make(chan error, 1)
+				go func() {
+					var wg []int64
+					err := pool.QueryRow(ctxT(t), acquireSQL, string(w), []string{"x"}).Scan(&wg)
+					if err == nil && wg[0] != 0 {
+						err = errors.New("W took x from G")
+					}
+					refused <- err
+				}()
+				blockedBy(t, pool, pid)
+				if err := txG.Commit(ctxT(t)); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-refused; err != nil {
+					t.Fatal(err)
+				}
+				holder, tx = g, uint64(got[0])
+				if err := b.Release(ctxT(t), driver.ReleaseRequest{ID: holder, Leases: []driver.Lease{{Name: "x", Token: tx}}}); err != nil {
+					t.Fatal(err)
+				}
+				next(t, ch, "notice for x after G's release", func(n driver.Notice) bool { return n.Name == "x" })
+				return
+			}
+			txW, err := pool.Begin(ctxT(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer txW.Rollback(context.Background())
+			var pid int32
+			var got []int64
+			if err := txW.QueryRow(ctxT(t), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+				t.Fatal(err)
+			}
+			if err := txW.QueryRow(ctxT(t), acquireSQL, string(w), []string{"x"}).Scan(&got); err != nil || got[0] != 0 {
+				t.Fatalf("W's acquire: %v, %v; want a refusal", got, err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				if mode == "close" {
+					done <- b.Close(ctxT(t), holder)
+				} else {
+					done <- b.Release(ctxT(t), driver.ReleaseRequest{ID: holder, Leases: []driver.Lease{{Name: "x", Token: tx}}})
+				}
+			}()
+			blockedBy(t, pool, pid)
+			if err := txW.Commit(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			next(t, ch, "notice for x (W's refusal committed while the "+mode+" waited for x's row)", func(n driver.Notice) bool {
+				if n.Name == "y" {
+					t.Error("notice for y, which nobody was refused")
+				}
+				return n.Name == "x"
+			})
+		})
+	}
+}
+
+// A routine changed by hand that answers tokens this code cannot read
+// grants nothing: each reply is an error naming the rule, wrapping
+// ErrBadReply.
+func TestAcquireRefusesMalformedTokens(t *testing.T) {
+	pool := newPool(t, pgURL(t), nil)
+	prefix := sqltest.FreshPrefix()
+	b := newBackend(t, pool, prefix)
+	id := open(t, b, 10*time.Second)
+	for _, c := range []struct{ reply, want string }{
+		{"'{}'", "0 tokens"},
+		{"'{1,2}'", "2 tokens"},
+		{"'{-5}'", "token -5"},
+		{"ARRAY[NULL::bigint]", "NULL"},
+		{"NULL", "0 tokens"},
+		{"'{{1}}'", "dimensions"},
+		{"'[0:0]={7}'", "dimensions"},
+	} {
+		// prefix is a fresh valid prefix; the replies are the test's own.
+		if _, err := pool.Exec(ctxT(t), "CREATE OR REPLACE FUNCTION "+prefix+"_acquire_v4(p_id text, p_names text[], p_quarantine_us bigint, p_wait_ms bigint) RETURNS bigint[] LANGUAGE sql AS $$ SELECT "+c.reply+"::bigint[] $$"); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := b.Acquire(ctxT(t), driver.AcquireRequest{ID: id, Names: []string{"x"}})
+		if !errors.Is(err, core.ErrBadReply) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("reply %s: %+v, %v; want an error wrapping ErrBadReply that says %q", c.reply, rep, err, c.want)
+		}
+	}
+}
+
+// On a namespace at version 5, a process still on version 4 code keeps
+// working: its acquire (acquire_v3) grants and refuses, its release
+// (release_v2) notifies always, its close (close_v2) frees.
+func TestVersion4RoutinesOnVersion5(t *testing.T) {
+	pool := newPool(t, pgURL(t), nil)
+	prefix := sqltest.FreshPrefix()
+	b := newBackend(t, pool, prefix)
+	ch, _ := subscribe(t, b)
+	next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
+	a := open(t, b, 10*time.Second)
+	w := open(t, b, 10*time.Second)
+	// prefix is a fresh valid prefix, the only text placed into SQL here.
+	acquireV3 := func(id driver.ID, name string) int64 {
+		t.Helper()
+		var n string
+		var tok int64
+		if err := pool.QueryRow(ctxT(t), "SELECT r_name, r_token FROM "+prefix+"_acquire_v3($1, $2, 1000000, 5000)", string(id), []string{name}).Scan(&n, &tok); err != nil || n != name {
+			t.Fatalf("acquire_v3 %s: %q, %v", name, n, err)
+		}
+		return tok
+	}
+	tok := acquireV3(a, "old")
+	if tok <= 0 {
+		t.Fatalf("acquire_v3 granted token %d", tok)
+	}
+	if got := acquireV3(w, "old"); got != 0 {
+		t.Fatalf("acquire_v3 took a held name: token %d", got)
+	}
+	var n int
+	if err := pool.QueryRow(ctxT(t), "SELECT "+prefix+"_release_v2($1, $2, $3, 5000)", string(a), []string{"old"}, []int64{tok}).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("release_v2: %d, %v", n, err)
+	}
+	next(t, ch, "notice for old from release_v2", func(n driver.Notice) bool { return n.Name == "old" })
+	if got := acquire(t, b, w, "old"); got <= uint64(tok) {
+		t.Fatalf("version 5 acquire after release_v2: token %d, want > %d", got, tok)
+	}
+	acquireV3(a, "old2")
+	if err := pool.QueryRow(ctxT(t), "SELECT "+prefix+"_close_v2($1, 5000)", string(a)).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("close_v2: %d, %v", n, err)
+	}
+	if got := acquire(t, b, w, "old2"); got == 0 {
+		t.Fatal("old2 still held after close_v2")
+	}
+}
