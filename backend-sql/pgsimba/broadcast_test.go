@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/simba-go/simba/backend-sql/internal/sqltest"
 	"github.com/simba-go/simba/backend-sql/pgsimba"
 	"github.com/simba-go/simba/session/driver"
@@ -28,6 +30,18 @@ func subscribe(t *testing.T, b *pgsimba.Backend) (<-chan driver.Notice, func()) 
 	}
 	t.Cleanup(stop)
 	return ch, stop
+}
+
+// listening returns a pool, a fresh namespace's prefix, a Backend on it
+// and the Backend's notices, once its LISTEN is in effect.
+func listening(t *testing.T) (*pgxpool.Pool, string, *pgsimba.Backend, <-chan driver.Notice) {
+	t.Helper()
+	pool := newPool(t, pgURL(t), nil)
+	prefix := sqltest.FreshPrefix()
+	b := newBackend(t, pool, prefix)
+	ch, _ := subscribe(t, b)
+	next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
+	return pool, prefix, b, ch
 }
 
 // next waits for a notice that satisfies ok, skipping others.
@@ -204,11 +218,7 @@ func TestSubscriberMayStopAnother(t *testing.T) {
 // must notify x, since W still waits. A takeover that cleared the mark
 // would leave W to its poll.
 func TestNoticeAfterTakeoverReachesEarlierWaiter(t *testing.T) {
-	pool := newPool(t, pgURL(t), nil)
-	prefix := sqltest.FreshPrefix()
-	b := newBackend(t, pool, prefix)
-	ch, _ := subscribe(t, b)
-	next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
+	pool, prefix, b, ch := listening(t)
 	a := open(t, b, 10*time.Second)
 	acquire(t, b, a, "x")
 	waitFor(t, b, "x")
@@ -232,10 +242,7 @@ func TestNoticeAfterTakeoverReachesEarlierWaiter(t *testing.T) {
 // refused again, A closes (notice again); a release after that, with
 // nobody refused since, notifies nothing.
 func TestNoticeMarkIsSetAgainByTheNextRefusal(t *testing.T) {
-	pool := newPool(t, pgURL(t), nil)
-	b := newBackend(t, pool, "")
-	ch, _ := subscribe(t, b)
-	next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
+	_, _, b, ch := listening(t)
 	a := open(t, b, 10*time.Second)
 	w := open(t, b, 10*time.Second)
 	refused := func() {

@@ -47,11 +47,7 @@ func blockedBy(t *testing.T, pool *pgxpool.Pool, pid int32) {
 func TestNoticeWhenRefusalCommitsWhileReleaseWaits(t *testing.T) {
 	for _, mode := range []string{"release", "close", "grant-then-refuse"} {
 		t.Run(mode, func(t *testing.T) {
-			pool := newPool(t, pgURL(t), nil)
-			prefix := sqltest.FreshPrefix()
-			b := newBackend(t, pool, prefix)
-			ch, _ := subscribe(t, b)
-			next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
+			pool, prefix, b, ch := listening(t)
 			a := open(t, b, 10*time.Second)
 			w := open(t, b, 10*time.Second)
 			tx := acquire(t, b, a, "x")
@@ -171,11 +167,7 @@ func TestAcquireRefusesMalformedTokens(t *testing.T) {
 // working: its acquire (acquire_v3) grants and refuses, its release
 // (release_v2) notifies always, its close (close_v2) frees.
 func TestVersion4RoutinesOnVersion5(t *testing.T) {
-	pool := newPool(t, pgURL(t), nil)
-	prefix := sqltest.FreshPrefix()
-	b := newBackend(t, pool, prefix)
-	ch, _ := subscribe(t, b)
-	next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
+	pool, prefix, b, ch := listening(t)
 	a := open(t, b, 10*time.Second)
 	w := open(t, b, 10*time.Second)
 	// prefix is a fresh valid prefix, the only text placed into SQL here.
