@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/simba-go/simba/backend-sql/internal/core"
@@ -38,84 +39,51 @@ func blockedBy(t *testing.T, pool *pgxpool.Pool, pid int32) {
 	}
 }
 
+// openAcquire runs acquire_v4 for id and name in a transaction left open,
+// so that it holds the name's row; it returns the transaction, its
+// server process and the token it answered.
+func openAcquire(t *testing.T, pool *pgxpool.Pool, prefix string, id driver.ID, name string) (pgx.Tx, int32, int64) {
+	t.Helper()
+	tx, err := pool.Begin(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	var pid int32
+	if err := tx.QueryRow(ctxT(t), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	// prefix is a fresh valid prefix, the only text placed into SQL here.
+	if err := tx.QueryRow(ctxT(t), "SELECT "+prefix+"_acquire_v4($1, $2, 1000000, 5000)", string(id), []string{name}).Scan(&got); err != nil {
+		t.Fatalf("acquire_v4 of %s in an open transaction: %v", name, err)
+	}
+	return tx, pid, got[0]
+}
+
 // A refusal whose transaction still holds the name's row while the
-// holder's release or close waits for that row (or a grant that W's
-// refusal waits for): the release reads the mark after the refusal
-// committed, and notifies (ADR 0162's argument, the interleaving of row
-// locks it rests on). A release that read the mark before taking the row
-// would miss it.
+// holder's release or close waits for that row: the release reads the
+// mark after the refusal committed, and notifies (ADR 0162's argument, the
+// interleaving of row locks it rests on). A release that read the mark
+// before taking the row would miss it.
 func TestNoticeWhenRefusalCommitsWhileReleaseWaits(t *testing.T) {
-	for _, mode := range []string{"release", "close", "grant-then-refuse"} {
+	for _, mode := range []string{"release", "close"} {
 		t.Run(mode, func(t *testing.T) {
 			pool, prefix, b, ch := listening(t)
 			a := open(t, b, 10*time.Second)
 			w := open(t, b, 10*time.Second)
 			tx := acquire(t, b, a, "x")
 			acquire(t, b, a, "y") // nobody waits for y
-			// prefix is a fresh valid prefix, the only text placed into SQL here.
-			acquireSQL := "SELECT " + prefix + "_acquire_v4($1, $2, 1000000, 5000)"
-			holder := a
-			if mode == "grant-then-refuse" {
-				// x is free; G's grant is still open when W's acquire
-				// comes, so W waits for it, then is refused and marks.
-				if err := b.Release(ctxT(t), driver.ReleaseRequest{ID: a, Leases: []driver.Lease{{Name: "x", Token: tx}}}); err != nil {
-					t.Fatal(err)
-				}
-				g := open(t, b, 10*time.Second)
-				txG, err := pool.Begin(ctxT(t))
-				if err != nil {
-					t.Fatal(err)
-				}
-				var pid int32
-				var got []int64
-				if err := txG.QueryRow(ctxT(t), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-					t.Fatal(err)
-				}
-				if err := txG.QueryRow(ctxT(t), acquireSQL, string(g), []string{"x"}).Scan(&got); err != nil || got[0] == 0 {
-					t.Fatalf("G's acquire: %v, %v", got, err)
-				}
-				refused := make(chan error, 1)
-				go func() {
-					var wg []int64
-					err := pool.QueryRow(ctxT(t), acquireSQL, string(w), []string{"x"}).Scan(&wg)
-					if err == nil && wg[0] != 0 {
-						err = errors.New("W took x from G")
-					}
-					refused <- err
-				}()
-				blockedBy(t, pool, pid)
-				if err := txG.Commit(ctxT(t)); err != nil {
-					t.Fatal(err)
-				}
-				if err := <-refused; err != nil {
-					t.Fatal(err)
-				}
-				holder, tx = g, uint64(got[0])
-				if err := b.Release(ctxT(t), driver.ReleaseRequest{ID: holder, Leases: []driver.Lease{{Name: "x", Token: tx}}}); err != nil {
-					t.Fatal(err)
-				}
-				next(t, ch, "notice for x after G's release", func(n driver.Notice) bool { return n.Name == "x" })
-				return
-			}
-			txW, err := pool.Begin(ctxT(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer txW.Rollback(context.Background())
-			var pid int32
-			var got []int64
-			if err := txW.QueryRow(ctxT(t), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-				t.Fatal(err)
-			}
-			if err := txW.QueryRow(ctxT(t), acquireSQL, string(w), []string{"x"}).Scan(&got); err != nil || got[0] != 0 {
-				t.Fatalf("W's acquire: %v, %v; want a refusal", got, err)
+			txW, pid, got := openAcquire(t, pool, prefix, w, "x")
+			if got != 0 {
+				t.Fatalf("W's acquire: token %d; want a refusal", got)
 			}
 			done := make(chan error, 1)
 			go func() {
 				if mode == "close" {
-					done <- b.Close(ctxT(t), holder)
+					done <- b.Close(ctxT(t), a)
 				} else {
-					done <- b.Release(ctxT(t), driver.ReleaseRequest{ID: holder, Leases: []driver.Lease{{Name: "x", Token: tx}}})
+					done <- b.Release(ctxT(t), driver.ReleaseRequest{ID: a, Leases: []driver.Lease{{Name: "x", Token: tx}}})
 				}
 			}()
 			blockedBy(t, pool, pid)
@@ -133,6 +101,37 @@ func TestNoticeWhenRefusalCommitsWhileReleaseWaits(t *testing.T) {
 			})
 		})
 	}
+}
+
+// W's acquire comes while G's grant of the free name x is still open: W
+// waits for G's row, is then refused and marks, and G's release notifies.
+func TestNoticeWhenRefusalWaitsForAGrant(t *testing.T) {
+	pool, prefix, b, ch := listening(t)
+	w := open(t, b, 10*time.Second)
+	g := open(t, b, 10*time.Second)
+	txG, pid, tok := openAcquire(t, pool, prefix, g, "x")
+	if tok == 0 {
+		t.Fatal("G's acquire of the free x was refused")
+	}
+	refused := make(chan error, 1)
+	go func() {
+		rep, err := b.Acquire(ctxT(t), driver.AcquireRequest{ID: w, Names: []string{"x"}})
+		if err == nil && rep.Results[0].Token != 0 {
+			err = errors.New("W took x from G")
+		}
+		refused <- err
+	}()
+	blockedBy(t, pool, pid)
+	if err := txG.Commit(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-refused; err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctxT(t), driver.ReleaseRequest{ID: g, Leases: []driver.Lease{{Name: "x", Token: uint64(tok)}}}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, "notice for x after G's release", func(n driver.Notice) bool { return n.Name == "x" })
 }
 
 // A routine changed by hand that answers tokens this code cannot read
