@@ -209,12 +209,11 @@ func (b *Backend) createSchema(ctx context.Context) error {
 	backoff := schemaLockWait
 	for {
 		err := b.migrateOnce(ctx, key)
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != sqlstateLockNotAvailable {
-			if err != nil {
-				return fmt.Errorf("pgsimba: create schema %q: %w", b.prefix, err)
-			}
+		if err == nil {
 			return b.checkSchema(ctx)
+		}
+		if sqlstate(err) != sqlstateLockNotAvailable {
+			return fmt.Errorf("pgsimba: create schema %q: %w", b.prefix, err)
 		}
 		b.log.Info("pgsimba: schema migration waits for a lock on the namespace's tables; trying again", "namespace", b.prefix, "in", backoff)
 		t := time.NewTimer(backoff)
@@ -227,9 +226,6 @@ func (b *Backend) createSchema(ctx context.Context) error {
 		backoff = min(2*backoff, 5*time.Second)
 	}
 }
-
-// sqlstateLockNotAvailable is lock_timeout's SQLSTATE.
-const sqlstateLockNotAvailable = "55P03"
 
 func (b *Backend) migrateOnce(ctx context.Context, key int64) error {
 	return pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
@@ -453,11 +449,10 @@ func (s store) Renew(ctx context.Context, id string, known uint64, waitMS int64)
 func (s store) Acquire(ctx context.Context, id string, names []string, quarantineUS, waitMS int64) (core.AcquireResult, bool, error) {
 	for attempt := 1; ; attempt++ {
 		tokens, err := s.acquireOnce(ctx, id, names, quarantineUS, waitMS)
-		pe := (*pgconn.PgError)(nil)
-		switch {
-		case errors.As(err, &pe) && pe.Code == sqlstateExpired:
+		switch code := sqlstate(err); {
+		case code == sqlstateExpired:
 			return core.AcquireResult{}, false, nil
-		case err == nil || pe == nil || pe.Code != sqlstateLost:
+		case code != sqlstateLost: // nil among them
 			return core.AcquireResult{Tokens: tokens}, err == nil, err
 		}
 		// The namespace's records were lost, or it is quarantined:
@@ -504,11 +499,23 @@ func (s store) acquireOnce(ctx context.Context, id string, names []string, quara
 
 // sqlstateExpired is raised by the acquire routine for an expired or
 // unknown session, sqlstateLost for a namespace whose records were lost
-// or that is quarantined (in both cases after rolling back what it did).
+// or that is quarantined (in both cases after rolling back what it did);
+// the others are PostgreSQL's: a deadlock victim, a lock wait past
+// lock_timeout.
 const (
-	sqlstateExpired = "SX001"
-	sqlstateLost    = "SX002"
+	sqlstateExpired          = "SX001"
+	sqlstateLost             = "SX002"
+	sqlstateDeadlock         = "40P01"
+	sqlstateLockNotAvailable = "55P03"
 )
+
+// sqlstate is the SQLSTATE of the server's error in err's chain, or "".
+func sqlstate(err error) string {
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
 
 func (s store) Release(ctx context.Context, id string, leases []driver.Lease, waitMS int64) error {
 	names := make([]string, len(leases))
@@ -527,7 +534,4 @@ func (s store) Close(ctx context.Context, id string, waitMS int64) error {
 
 // deadlocked reports a deadlock victim (SQLSTATE 40P01): its transaction
 // was rolled back whole, so the call may run again.
-func deadlocked(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "40P01"
-}
+func deadlocked(err error) bool { return sqlstate(err) == sqlstateDeadlock }
