@@ -240,14 +240,13 @@ func (b *Backend) migrateOnce(ctx context.Context, key int64) error {
 		if err != nil {
 			return err
 		}
-		// The tables commit with a WAL flush, as the routines' writes do
-		// (ADR 0160): a crash right after New would otherwise lose them.
-		// The DDL's lock waits are bounded (schemaLockWait), for this
-		// transaction only.
-		if _, err := tx.Exec(ctx, "SELECT set_config('synchronous_commit', 'local', true) WHERE current_setting('synchronous_commit') = 'off'"); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", schemaLockWait.Milliseconds())); err != nil {
+		// For this transaction only, in one statement: the DDL's lock
+		// waits are bounded (schemaLockWait), and the tables commit with
+		// a WAL flush, as the routines' writes do (ADR 0160: a crash right
+		// after New would otherwise lose them).
+		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true), "+
+			"CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END",
+			fmt.Sprintf("%dms", schemaLockWait.Milliseconds())); err != nil {
 			return err
 		}
 		// No arguments: pgx sends it with the simple protocol, which

@@ -407,7 +407,7 @@ var catalogue = []Mutation{
 		Catch:   "backend-sql pgsimba TestNoticeWhenRefusalCommitsWhileReleaseWaits/close (the close reads the mark from its snapshot, before W's refusal committed)",
 		Modules: []string{"backend-sql/pgsimba"}, Run: "TestNoticeWhenRefusalCommitsWhileReleaseWaits"},
 	{Name: "sql-pg-migration-lock-wait-unbounded", File: "backend-sql/pgsimba/pgsimba.go",
-		Old: "\t\tif _, err := tx.Exec(ctx, \"SELECT set_config('lock_timeout', $1, true)\", fmt.Sprintf(\"%dms\", schemaLockWait.Milliseconds())); err != nil {\n\t\t\treturn err\n\t\t}\n", New: "",
+		Old: "\"SELECT set_config('lock_timeout', $1, true), \"+\n\t\t\t\"CASE", New: "\"SELECT $1::text, \"+\n\t\t\t\"CASE",
 		Catch:   "backend-sql pgsimba TestMigrationWaitsBehindAReaderWithoutBlockingLeaseCalls (the ALTER TABLE queued behind a reader holds the old code's acquire past its lock bound)",
 		Modules: []string{"backend-sql/pgsimba"}, Run: "TestMigrationWaitsBehindAReader"},
 	{Name: "sql-pg-acquire-negative-token-accepted", File: "backend-sql/pgsimba/pgsimba.go",
