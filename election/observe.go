@@ -77,8 +77,8 @@ func PollEvery(d time.Duration) ObserveOption {
 // and went between two looks is never reported. A backend may push only
 // the releases a candidate waits for (Redis and PostgreSQL announce a
 // release only when an Acquire was refused the name since its last notice,
-// ADR 0147 and 0162), so the
-// step-down of a holder nobody competes with is seen at the next poll.
+// ADR 0147 and 0162), so the step-down of a holder nobody competes with is
+// seen at the next poll.
 // Changes are not queued for a slow reader: it gets the state current when
 // it reads next. A failed look is retried at the next poll, the last
 // observation standing meanwhile. The channel is closed when ctx ends or
