@@ -49,7 +49,7 @@ type Backend struct {
 	shut bool   // Shutdown was called: Subscribe refuses
 
 	checkMu sync.Mutex
-	checked bool // CheckServer passed (checkOnce)
+	checked atomic.Bool // CheckServer passed, called by the application or by checkOnce
 
 	hintMu sync.Mutex
 	hints  map[string]driver.ID // name → its owner when last seen, see Acquire
@@ -58,7 +58,13 @@ type Backend struct {
 
 	// Script arguments that never change, boxed once: an any made from a
 	// string or an int64 on every call is an allocation each.
-	argSession, argChannel, argMaxLease, argRestart any
+	argSession, argChannel, argMaxLease, argRestart, argQuarantine any
+	argNames, argEpoch, argHW, argLineage                          any // keys
+	sessions                                                       sessionArgs
+
+	acquires atomic.Uint64 // Acquire calls, for the sweep's rate (sweep.go)
+	sweepMu  sync.Mutex    // one sweep step at a time; guards sweepAt
+	sweepAt  string        // the last name the sweep looked at ("": start over)
 }
 
 var (
@@ -76,6 +82,7 @@ type options struct {
 	waitReplicas     int
 	waitTimeout      time.Duration
 	noRestartCheck   bool // WithoutRestartQuarantine
+	maxLockDelay     time.Duration
 }
 
 // DefaultMaxLease is the longest lease a [Backend] grants unless
@@ -97,6 +104,22 @@ const DefaultMaxLease = 30 * time.Second
 // loss cheaper, a longer one allows longer session leases.
 func WithMaxLease(d time.Duration) Option {
 	return func(o *options) { o.maxLease = d }
+}
+
+// WithMaxLockDelay lets Acquire requests ask for a lock-delay of up to d
+// (driver.AcquireRequest.LockDelay, rounded up to whole milliseconds):
+// when a term granted with a delay ends without a release or a close (its
+// session expired), the first candidate, or the sweep, that finds the
+// owner's session key gone records Redis TIME in the lease, and the name
+// stays refused until d has passed on the Redis clock since then: at least
+// d after the session really ended (ADR 0246). A request above d, or
+// negative, is refused whole with an error wrapping driver.ErrLockDelay.
+// The quarantine after a data loss lasts the maximum lease plus d, since a
+// loss loses the delays too. Every process of a namespace must use the
+// same value, like [WithMaxLease]. The default, 0, refuses every positive
+// delay.
+func WithMaxLockDelay(d time.Duration) Option {
+	return func(o *options) { o.maxLockDelay = d }
 }
 
 // WithoutRestartQuarantine turns off the quarantine after a change of
@@ -171,11 +194,16 @@ func New(rdb redis.UniversalClient, ns string, opts ...Option) (*Backend, error)
 	case o.maxLease < 0:
 		return nil, fmt.Errorf("redissimba: WithMaxLease(%v): want ≥ 0 (0 means %v)", o.maxLease, DefaultMaxLease)
 	}
+	if o.maxLockDelay < 0 {
+		return nil, fmt.Errorf("redissimba: WithMaxLockDelay(%v): want ≥ 0", o.maxLockDelay)
+	}
 	if o.waitReplicas < 0 || o.waitReplicas > 0 && o.waitTimeout <= 0 {
 		return nil, fmt.Errorf("redissimba: WithWaitReplicas(%d, %v): want n ≥ 0 and, with n > 0, a timeout > 0 (WAIT 0 would block forever)", o.waitReplicas, o.waitTimeout)
 	}
 	b := &Backend{rdb: rdb, uc: rdb, ns: ns, keys: newKeys(ns), opts: o, hints: map[string]driver.ID{}}
 	b.argSession, b.argChannel, b.argMaxLease, b.argRestart = b.keys.session, b.keys.channel, b.maxLeaseMS(), b.restartCheck()
+	b.argQuarantine = b.quarantineMS()
+	b.argNames, b.argEpoch, b.argHW, b.argLineage = b.keys.names, b.keys.epoch, b.keys.hw, b.keys.lineage
 	return b, nil
 }
 
@@ -240,6 +268,11 @@ func millis(d time.Duration) int64 {
 }
 
 func (b *Backend) maxLeaseMS() int64 { return millis(b.opts.maxLease) }
+
+// quarantineMS is the length of the quarantine after a data loss: one
+// maximum lease plus the maximum lock-delay, so that a holder paused
+// across the loss is covered by the delay it asked for too.
+func (b *Backend) quarantineMS() int64 { return millis(b.opts.maxLease) + millis(b.opts.maxLockDelay) }
 
 // pttl turns a PTTL reply into a duration; a negative reply (no key, no
 // expiry) means nothing is left.
@@ -333,8 +366,14 @@ func parseRenew(res any) (driver.RenewReply, error) {
 // During a quarantine after data loss (ADR 0130) the reply's Quarantine is
 // the time left and no name is granted.
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
+	if req.LockDelay < 0 || req.LockDelay > b.opts.maxLockDelay {
+		return driver.AcquireReply{}, fmt.Errorf("redissimba: acquire: lock-delay %v: %w: want 0 to %v (WithMaxLockDelay)", req.LockDelay, driver.ErrLockDelay, b.opts.maxLockDelay)
+	}
 	if !validID(req.ID) {
 		return driver.AcquireReply{}, expired("acquire", req.ID)
+	}
+	if b.acquires.Add(1)%sweepEvery == 0 {
+		defer b.sweepStep(ctx)
 	}
 	results := make([]driver.AcquireResult, len(req.Names))
 	pending := make([]int, 0, len(req.Names)) // indexes of results to send
@@ -348,15 +387,16 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	}
 	for try := 1; len(pending) > 0; try++ {
 		var q time.Duration
+		var why string
 		var err error
-		if pending, q, err = b.acquire(ctx, req, results, pending, try == acquireTries); err != nil {
+		if pending, q, why, err = b.acquire(ctx, req, results, pending, try == acquireTries); err != nil {
 			return driver.AcquireReply{}, err
 		}
 		if q > 0 {
 			for i := range results {
 				results[i].Token = 0
 			}
-			return driver.AcquireReply{Results: results, Quarantine: q}, nil
+			return driver.AcquireReply{Results: results, Quarantine: q, QuarantineHint: quarantineHint(why, b.opts.maxLease)}, nil
 		}
 	}
 	return driver.AcquireReply{Results: results}, nil
@@ -367,48 +407,77 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 const acquireTries = 3
 
 // acquire runs the acquire script once for results[pending] and returns
-// the indexes to try again (owner not declared), or the quarantine. On the
-// last try, names to try again are left with token 0.
-func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest, results []driver.AcquireResult, pending []int, lastTry bool) ([]int, time.Duration, error) {
+// the indexes to try again (owner not declared), or the quarantine and
+// what started it (the script's why). On the last try, names to try again
+// are left with token 0.
+func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest, results []driver.AcquireResult, pending []int, lastTry bool) ([]int, time.Duration, string, error) {
 	n := len(pending)
-	ks := make([]string, 3, 3+n)
-	ks[0], ks[1], ks[2] = b.keys.session+string(req.ID), b.keys.names, b.keys.epoch
-	args := make([]any, 5, 5+2*n)
-	args[0], args[1], args[2], args[3], args[4] = string(req.ID), b.argSession, b.argMaxLease, n, b.argRestart
-	for _, i := range pending {
-		ks = append(ks, b.keys.lease+req.Names[i])
-		args = append(args, req.Names[i])
-	}
+	// The owner last seen per name ("": none, or this session), whose
+	// session key the call declares.
+	var one [1]driver.ID
+	owners := one[:0]
+	hinted := 0
 	b.hintMu.Lock()
 	for _, i := range pending {
 		owner, ok := b.hints[req.Names[i]]
 		if !ok || owner == req.ID {
-			args = append(args, 0)
-			continue
+			owner = ""
+		} else {
+			hinted++
 		}
-		ks = append(ks, b.keys.session+string(owner))
-		args = append(args, len(ks)) // Lua's KEYS index is 1-based
+		owners = append(owners, owner)
 	}
 	b.hintMu.Unlock()
-	res, err := b.runAcquire(ctx, ks, args...).Result()
+	nk := 5 + n + hinted
+	argv := newArgv(nk, 7+2*n)
+	sk, sid := b.sessions.get(b.keys.session, req.ID)
+	argv = append(argv, sk, b.argNames, b.argEpoch)
+	for _, i := range pending {
+		argv = append(argv, b.keys.lease+req.Names[i])
+	}
+	for _, owner := range owners {
+		if owner != "" {
+			argv = append(argv, b.keys.session+string(owner))
+		}
+	}
+	argv = append(argv, b.argHW, b.argLineage) // last: the script finds them at KEYS[#KEYS - 1] and KEYS[#KEYS]
+	argv = append(argv, sid, b.argSession, b.argMaxLease, n, b.argRestart)
+	for _, i := range pending {
+		argv = append(argv, req.Names[i])
+	}
+	k := 3 + n // Lua's KEYS index of the last key before the next hint's (1-based)
+	for _, owner := range owners {
+		if owner == "" {
+			argv = append(argv, 0)
+			continue
+		}
+		k++
+		argv = append(argv, k)
+	}
+	argv = append(argv, b.argQuarantine, millis(req.LockDelay))
+	res, err := b.runAcquire(ctx, argv).Result()
 	if err != nil {
-		return nil, 0, fmt.Errorf("redissimba: acquire: %w", err)
+		return nil, 0, "", fmt.Errorf("redissimba: acquire: %w", unsafeServer(err))
 	}
 	if n, ok := res.(int64); ok && n == -1 {
-		return nil, 0, expired("acquire", req.ID)
+		return nil, 0, "", expired("acquire", req.ID)
 	}
 	out, ok := res.([]any)
-	if ok && len(out) == 2 {
+	if ok && (len(out) == 2 || len(out) == 3) {
 		if code, isInt := out[0].(int64); isInt {
 			ms, _ := out[1].(int64)
 			if code != -2 || ms <= 0 {
-				return nil, 0, fmt.Errorf("redissimba: acquire: unexpected quarantine reply %v", out)
+				return nil, 0, "", fmt.Errorf("redissimba: acquire: unexpected quarantine reply %v", out)
 			}
-			return nil, time.Duration(ms) * time.Millisecond, nil
+			var why string
+			if len(out) == 3 {
+				why, _ = out[2].(string)
+			}
+			return nil, time.Duration(ms) * time.Millisecond, why, nil
 		}
 	}
 	if !ok || len(out) != n {
-		return nil, 0, fmt.Errorf("redissimba: acquire: unexpected reply %T with %d of %d results", res, len(out), n)
+		return nil, 0, "", fmt.Errorf("redissimba: acquire: unexpected reply %T with %d of %d results", res, len(out), n)
 	}
 	var again []int
 	b.hintMu.Lock()
@@ -423,7 +492,7 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest, result
 		case strings.HasPrefix(s, "-"), strings.HasPrefix(s, "?"):
 			owner := driver.ID(s[1:])
 			if !validID(owner) {
-				return nil, 0, fmt.Errorf("redissimba: acquire: bad owner %q for %q", s, name)
+				return nil, 0, "", fmt.Errorf("redissimba: acquire: bad owner %q for %q", s, name)
 			}
 			b.hints[name] = owner
 			if s[0] == '?' && !lastTry {
@@ -432,13 +501,33 @@ func (b *Backend) acquire(ctx context.Context, req driver.AcquireRequest, result
 		default:
 			tok, err := strconv.ParseUint(s, 10, 64)
 			if err != nil || tok == 0 {
-				return nil, 0, fmt.Errorf("redissimba: acquire: bad token %q for %q", s, name)
+				return nil, 0, "", fmt.Errorf("redissimba: acquire: bad token %q for %q", s, name)
 			}
 			results[i].Token = tok
 			delete(b.hints, name)
 		}
 	}
-	return again, 0, nil
+	return again, 0, "", nil
+}
+
+// quarantineHint says what a quarantine's why means and what to do, for
+// the engine's error (driver.AcquireReply.QuarantineHint).
+func quarantineHint(why string, maxLease time.Duration) string {
+	switch why {
+	case "missing":
+		return "the namespace has no epoch record: either it is new or it lost its records (a restart without persistence, FLUSHALL), and nothing tells the two apart; for a new namespace run Init once (redissimba Backend.Init, or simba --backend URL init) before its first use to skip this wait"
+	case "lost":
+		return fmt.Sprintf("the namespace's epoch record is gone but its name index is not: it lost records (deleted or evicted keys); no lease is granted until every term granted before ended (%v)", maxLease)
+	case "garbled":
+		return "the namespace's epoch record is garbled: treated as lost"
+	case "server":
+		return "the epoch was written by another Redis process (a restart, a failover, a Cluster slot move): leases granted since may be lost"
+	case "history":
+		return "the dataset's replication history changed since the epoch was written (a failover, or a failover and back): leases granted since may be lost"
+	case "unrecorded":
+		return "the epoch has no lineage record (written by an earlier version of this package, or the record was lost): one quarantine records it"
+	}
+	return ""
 }
 
 // restartCheck is the acquire script's ARGV[5]: "1" to compare the
@@ -454,22 +543,88 @@ func (b *Backend) restartCheck() string {
 const maxHints = 1 << 14
 
 // Init creates the namespace's epoch record (ADR 0130) with no quarantine
-// if it is missing, and does nothing if it is there. A namespace whose
-// epoch is missing cannot be told from one that lost its records, so
-// without Init the first Acquire of a new namespace starts a quarantine of
-// one maximum lease ([WithMaxLease]) in which no lease is granted.
+// when it is missing and the server shows no sign that the namespace's
+// records may have been lost within one maximum lease ([WithMaxLease]);
+// it does nothing when the epoch is there (a quarantine it holds runs on).
+// A namespace whose epoch is missing cannot be told from one that lost its
+// records, so without Init the first Acquire of a new namespace starts a
+// quarantine of one maximum lease in which no lease is granted.
 //
-// Call it only for a namespace never used before: a first deployment, a
-// test. Called after a data loss (a FLUSHALL, a restart without
-// persistence) before any Acquire noticed the loss, it disables that
-// quarantine, and a session that still believes in a term from before the
-// loss may overlap a new holder. Called during a quarantine it does
-// nothing: the epoch is there.
+// Init is safe to run at every deployment or start (ADR 0165): it never
+// ends or shortens a quarantine and never skips one the server gives a
+// reason for. It refuses, writing nothing, with an error wrapping
+// [driver.ErrInitUnsafe] that names the sign and what to do, when the
+// epoch is missing and: the server started less than one maximum lease
+// ago, whatever its persistence (a restart without persistence, or with
+// an AOF lost with a container's disk, looks like that); the node was promoted from a replica since
+// it started (master_replid2 set); FLUSHALL, FLUSHDB or SWAPDB ran since
+// the server started; records of an earlier epoch are there (its lineage key or name
+// index); or the node is a replica. After a refusal the first Acquire
+// quarantines the namespace, which is always safe. It also runs the server
+// check ([Backend.CheckServer]) and fails as it does.
+//
+// Not detected: the namespace's keys deleted one by one (DEL, UNLINK) on a
+// server that has been up for a maximum lease, without a FLUSHALL; Init
+// then skips that loss's quarantine. The checks are sized by the backend's
+// maximum lease plus its maximum lock-delay ([WithMaxLockDelay]), the
+// length of a quarantine: both must be the applications' (ADR 0217).
 func (b *Backend) Init(ctx context.Context) error {
-	if err := initScript.Run(ctx, b.rdb, []string{b.keys.epoch}).Err(); err != nil {
+	return b.init(ctx, true)
+}
+
+// ForceInit creates the namespace's epoch record with no quarantine when it
+// is missing, whatever the server shows; it does nothing when the epoch is
+// there (it never ends a running quarantine). It is for the operator who
+// knows what [Backend.Init] cannot: that no process of the namespace has
+// held a lease within one maximum lease ([WithMaxLease]), because the
+// namespace was never used (a new server, a test) or every process using
+// it has been stopped for that long. Called after a loss while a holder
+// still believes in its term, it lets a new holder overlap it.
+func (b *Backend) ForceInit(ctx context.Context) error {
+	return b.init(ctx, false)
+}
+
+func (b *Backend) init(ctx context.Context, check bool) error {
+	if err := b.checkOnce(ctx); err != nil {
 		return fmt.Errorf("redissimba: init namespace %s: %w", b.ns, err)
 	}
-	return nil
+	mode := "0"
+	if check {
+		mode = "1"
+	}
+	secs := int64((b.opts.maxLease + b.opts.maxLockDelay + time.Second - 1) / time.Second)
+	res, err := initScript.Run(ctx, b.rdb, []string{b.keys.epoch, b.keys.lineage, b.keys.names, b.keys.hw}, mode, secs).Slice()
+	if err != nil {
+		return fmt.Errorf("redissimba: init namespace %s: %w", b.ns, err)
+	}
+	code, _ := res[0].(int64)
+	if code >= 0 {
+		return nil
+	}
+	sign, _ := res[1].(string)
+	var detail string
+	if len(res) > 2 {
+		detail, _ = res[2].(string)
+	}
+	return fmt.Errorf("redissimba: init namespace %s: %w: %s; nothing was written: the namespace's first Acquire will start a quarantine of one maximum lease (%v), which is safe; if no process of this namespace has held a lease within %v (the namespace was never used, or every process using it has been stopped that long), ForceInit (simba init --force) skips it",
+		b.ns, driver.ErrInitUnsafe, initSign(sign, detail, b.opts.maxLease), b.opts.maxLease, b.opts.maxLease)
+}
+
+// initSign explains a sign of the init script.
+func initSign(sign, detail string, maxLease time.Duration) string {
+	switch sign {
+	case "replica":
+		return "the node serving the namespace is a replica (point the client at the master)"
+	case "records":
+		return "the epoch is missing but records of an earlier one are there (the lineage key or the name index): the epoch alone was lost"
+	case "young":
+		return fmt.Sprintf("the server started %ss ago, less than one maximum lease (%v): a restart that lost the namespace's records looks the same, whatever the persistence shows now (an AOF lost with a container's disk, or turned on after the restart)", detail, maxLease)
+	case "promoted":
+		return fmt.Sprintf("the server was promoted from a replica since it started (master_replid2 %s): a replica that missed the namespace's writes looks the same", detail)
+	case "flushed":
+		return fmt.Sprintf("FLUSHALL, FLUSHDB or SWAPDB ran %s time(s) since the server started (INFO commandstats; CONFIG RESETSTAT clears the count once you know it did not lose this namespace)", detail)
+	}
+	return fmt.Sprintf("sign %q (%s)", sign, detail)
 }
 
 // Release frees the leases the session owns under the given tokens in one
@@ -480,19 +635,21 @@ func (b *Backend) Release(ctx context.Context, req driver.ReleaseRequest) error 
 	if len(req.Leases) == 0 || !validID(req.ID) {
 		return nil // an unknown session owns nothing
 	}
-	ks := make([]string, 1, len(req.Leases)+1)
-	ks[0] = b.keys.session + string(req.ID)
-	args := make([]any, 2, 2*len(req.Leases)+2)
-	args[0], args[1] = string(req.ID), b.argChannel
+	argv := newArgv(len(req.Leases)+2, 2+2*len(req.Leases))
+	sk, sid := b.sessions.get(b.keys.session, req.ID)
+	argv = append(argv, sk)
 	for _, l := range req.Leases {
 		if err := deadline.ValidateName(l.Name); err != nil {
 			return fmt.Errorf("redissimba: release: %w", err)
 		}
-		ks = append(ks, b.keys.lease+l.Name)
-		// go-redis writes a uint64 in decimal, the string the lease holds.
-		args = append(args, l.Name, l.Token)
+		argv = append(argv, b.keys.lease+l.Name)
 	}
-	if err := releaseScript.Run(ctx, b.rdb, ks, args...).Err(); err != nil {
+	argv = append(argv, b.argNames, sid, b.argChannel) // the name index last: the script finds it at KEYS[#KEYS]
+	for _, l := range req.Leases {
+		// go-redis writes a uint64 in decimal, the string the lease holds.
+		argv = append(argv, l.Name, l.Token)
+	}
+	if err := b.runArgv(ctx, releaseScript, argv).Err(); err != nil {
 		return fmt.Errorf("redissimba: release: %w", err)
 	}
 	return nil
@@ -507,22 +664,25 @@ func (b *Backend) Close(ctx context.Context, id driver.ID) error {
 	if !validID(id) {
 		return nil
 	}
+	sk, sid := b.sessions.get(b.keys.session, id)
 	var names []string
 	for try := 0; ; try++ {
-		ks := make([]string, 1, len(names)+1)
-		ks[0] = b.keys.session + string(id)
-		args := make([]any, 2, len(names)+2)
-		args[0], args[1] = string(id), b.argChannel
+		argv := newArgv(len(names)+2, 2+len(names))
+		argv = append(argv, sk)
 		for _, n := range names {
-			ks = append(ks, b.keys.lease+n)
-			args = append(args, n)
+			argv = append(argv, b.keys.lease+n)
 		}
-		res, err := closeScript.Run(ctx, b.rdb, ks, args...).Result()
+		argv = append(argv, b.argNames, sid, b.argChannel) // the name index last: the script finds it at KEYS[#KEYS]
+		for _, n := range names {
+			argv = append(argv, n)
+		}
+		res, err := b.runArgv(ctx, closeScript, argv).Result()
 		if err != nil {
 			return fmt.Errorf("redissimba: close: %w", err)
 		}
 		more, ok := res.([]any)
 		if !ok {
+			b.sessions.forget(id)
 			return nil
 		}
 		if try == closeTries {

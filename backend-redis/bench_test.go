@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -422,4 +423,344 @@ func BenchmarkServerTime(b *testing.B) {
 	for _, sd := range sides {
 		b.ReportMetric(sd.usec/float64(b.N*block), sd.name+"-server-us/pair")
 	}
+}
+
+// floorLib holds what an acquire + release pair costs the server with no
+// Lua work of Simba's own (ADR 0315): floor_acquire runs the commands the
+// acquire of a free name runs, floor_release those of its release, with
+// the same keys and arguments and constant values; floor_empty returns at
+// once (the cost of calling a function with those keys and arguments).
+const floorLib = `#!lua name=simba_bench_floor
+redis.register_function('floor_acquire', function(KEYS, ARGV)
+  redis.call('HGET', KEYS[1], '#v')
+  redis.call('TIME')
+  redis.call('INFO', 'replication')
+  redis.call('GET', KEYS[3])
+  redis.pcall('HMGET', KEYS[6], 'h', 'y', 'v')
+  redis.call('EXISTS', KEYS[4])
+  redis.call('GET', KEYS[5])
+  redis.call('SET', KEYS[5], '1796186422010615')
+  redis.call('HSET', KEYS[1], ARGV[6], '1796186422010615', '#v', '2')
+  redis.call('HSET', KEYS[4], 's', ARGV[1], 't', '1796186422010615')
+  redis.call('ZADD', KEYS[2], 0, ARGV[6])
+  return {'1796186422010615'}
+end)
+redis.register_function('floor_release', function(KEYS, ARGV)
+  redis.call('HMGET', KEYS[2], 's', 't', 'w', 'd')
+  redis.call('DEL', KEYS[2])
+  redis.call('HDEL', KEYS[1], ARGV[3])
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  redis.call('HINCRBY', KEYS[1], '#v', 1)
+  return 1
+end)
+redis.register_function('floor_empty', function(KEYS, ARGV)
+  return {'1796186422010615'}
+end)
+`
+
+// BenchmarkServerFloor (issue 23, ADR 0315): server time per acquire +
+// release of a free name (INFO commandstats, private server), the
+// backend's (the acquire function and the release script) against the
+// floor: the same commands with no Lua work (floorLib), a function called
+// with the same keys and arguments that returns at once, and the raw pair
+// (SET NX PX + DEL). Blocks of 1,000 pairs of each, in turn; b.N blocks of
+// each.
+func BenchmarkServerFloor(b *testing.B) {
+	s := startServer(b)
+	c := s.client(s.addr())
+	ctx := ctxT(b)
+	if err := c.FunctionLoadReplace(ctx, floorLib).Err(); err != nil {
+		b.Fatal(err)
+	}
+	ns := namespace(b)
+	be := newBackend(b, c, ns)
+	r, err := be.Open(ctx, driver.OpenRequest{LeaseDuration: 30 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pre := "simba:{" + ns + "}:"
+	acqKeys := []string{pre + "s:" + string(r.ID), pre + "names", pre + "epoch", pre + "l:x", pre + "hw", pre + "lineage"}
+	acqArgs := []any{string(r.ID), pre + "s:", 30000, 1, "1", "x", 0, 30000, 0}
+	relKeys := []string{pre + "s:" + string(r.ID), pre + "l:x", pre + "names"}
+	relArgs := []any{string(r.ID), pre + "rel", "x", "1796186422010615"}
+	const block = 1000
+	cases := []struct {
+		name string
+		pair func()
+		cmds []string // the top-level commands it sends
+		usec float64
+	}{
+		{name: "simba", pair: func() {
+			rep, err := be.Acquire(ctx, driver.AcquireRequest{ID: r.ID, Names: []string{"x"}})
+			if err != nil || rep.Results[0].Token == 0 {
+				b.Fatalf("acquire: %+v, %v", rep, err)
+			}
+			if err := be.Release(ctx, driver.ReleaseRequest{ID: r.ID, Leases: []driver.Lease{{Name: "x", Token: rep.Results[0].Token}}}); err != nil {
+				b.Fatal(err)
+			}
+		}, cmds: []string{"fcall", "evalsha"}},
+		{name: "commands", pair: func() {
+			if err := c.FCall(ctx, "floor_acquire", acqKeys, acqArgs...).Err(); err != nil {
+				b.Fatal(err)
+			}
+			if err := c.FCall(ctx, "floor_release", relKeys, relArgs...).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}, cmds: []string{"fcall"}},
+		{name: "call", pair: func() {
+			if err := c.FCall(ctx, "floor_empty", acqKeys, acqArgs...).Err(); err != nil {
+				b.Fatal(err)
+			}
+			if err := c.FCall(ctx, "floor_empty", relKeys, relArgs...).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}, cmds: []string{"fcall"}},
+		{name: "raw", pair: func() {
+			if err := c.SetNX(ctx, pre+"raw", "v", 15*time.Second).Err(); err != nil {
+				b.Fatal(err)
+			}
+			if err := c.Del(ctx, pre+"raw").Err(); err != nil {
+				b.Fatal(err)
+			}
+		}, cmds: []string{"set", "del"}},
+	}
+	// The time of a case's top-level commands (for simba the release
+	// script's EVALSHA includes the sweep's every 64th Acquire, ADR 0245).
+	top := func(cmds []string) float64 {
+		st, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var total float64
+		for _, l := range strings.Split(st, "\r\n") {
+			name, rest, ok := strings.Cut(strings.TrimPrefix(l, "cmdstat_"), ":")
+			if !ok || !slices.Contains(cmds, name) {
+				continue
+			}
+			for _, f := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					x, _ := strconv.ParseFloat(v, 64)
+					total += x
+				}
+			}
+		}
+		return total
+	}
+	for _, cs := range cases {
+		for range 100 {
+			cs.pair() // warm: the library loaded, its run_id cached
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		for i := range cases {
+			cs := &cases[i]
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			for range block {
+				cs.pair()
+			}
+			cs.usec += top(cs.cmds)
+		}
+	}
+	b.StopTimer()
+	for _, cs := range cases {
+		b.ReportMetric(cs.usec/float64(b.N*block), cs.name+"-us/pair")
+	}
+}
+
+// storage is what a namespace costs its server: the keys, the bytes Redis
+// says they take (MEMORY USAGE, summed over a SCAN of the namespace) and
+// the server's used_memory.
+type storage struct {
+	dbsize, keys, nsBytes, usedMemory int64
+}
+
+func measureStorage(b *testing.B, c *redis.Client, ns string) storage {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a million keys take a while
+	defer cancel()
+	var st storage
+	var err error
+	if st.dbsize, err = c.DBSize(ctx).Result(); err != nil {
+		b.Fatal(err)
+	}
+	var cursor uint64
+	for {
+		page, next, err := c.Scan(ctx, cursor, "simba:{"+ns+"}:*", 10000).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range page {
+				p.MemoryUsage(ctx, k, 0)
+			}
+			return nil
+		})
+		if err != nil && err != redis.Nil {
+			b.Fatal(err)
+		}
+		for _, cmd := range cmds {
+			n, _ := cmd.(*redis.IntCmd).Result()
+			st.keys++
+			st.nsBytes += n
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "used_memory:"); ok {
+			st.usedMemory, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return st
+}
+
+func (s storage) String() string {
+	return fmt.Sprintf("DBSIZE %d, namespace keys %d, MEMORY USAGE %d B, used_memory %d B", s.dbsize, s.keys, s.nsBytes, s.usedMemory)
+}
+
+// BenchmarkNamesEverUsed (issue 23): a lock per entity, each name used
+// once. On a private server, the namespace's storage before any name, after
+// 10^6 distinct names acquired and closed, and after 10^4 more whose
+// session expired and the Acquires that sweep them; and the cost of an
+// acquire + release of a fresh name once 1, 10^4 and 10^6 names have been
+// used: p50 latency and server time per pair (INFO commandstats). The names
+// are used in bulk to reach 10^6 quickly: one session acquires 10,000
+// distinct names in one Acquire, then closes, 100 times over.
+func BenchmarkNamesEverUsed(b *testing.B) {
+	s := startServer(b)
+	c := s.client(s.addr()).(*redis.Client)
+	ns := namespace(b)
+	be := newBackend(b, c, ns)
+	ctx := context.Background()
+	used := 0
+	bulk := func(n int, lease time.Duration, end func(id driver.ID)) {
+		for n > 0 {
+			k := min(n, 10000)
+			r, err := be.Open(ctx, driver.OpenRequest{LeaseDuration: lease})
+			if err != nil {
+				b.Fatal(err)
+			}
+			names := make([]string, k)
+			for i := range names {
+				names[i] = "order:" + strconv.Itoa(used+i)
+			}
+			rep, err := be.Acquire(ctx, driver.AcquireRequest{ID: r.ID, Names: names})
+			if err != nil || rep.Results[k-1].Token == 0 {
+				b.Fatalf("bulk acquire: %v", err)
+			}
+			end(r.ID)
+			used += k
+			n -= k
+		}
+	}
+	closeIt := func(id driver.ID) {
+		if err := be.Close(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+	before := measureStorage(b, c, ns)
+	b.Logf("before any name: %v", before)
+	serverUS := func() float64 {
+		st, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var total float64
+		for _, l := range strings.Split(st, "\r\n") {
+			// The scripts' and functions' time includes the commands they
+			// run; the others are the sweep's read of the index.
+			if !strings.HasPrefix(l, "cmdstat_evalsha:") && !strings.HasPrefix(l, "cmdstat_eval:") && !strings.HasPrefix(l, "cmdstat_fcall:") && !strings.HasPrefix(l, "cmdstat_zrangebylex:") {
+				continue
+			}
+			for _, f := range strings.Split(l[strings.IndexByte(l, ':')+1:], ",") {
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					x, _ := strconv.ParseFloat(v, 64)
+					total += x
+				}
+			}
+		}
+		return total
+	}
+	var id driver.ID
+	for _, level := range []int{1, 10000, 1000000} {
+		bulk(level-used, time.Minute, closeIt)
+		b.Logf("after %d names acquired and closed: %v", used, measureStorage(b, c, ns))
+		id = openBench(b, be) // after the bulk, which may outlast a maximum lease
+		b.Run(fmt.Sprintf("used=%d", level), func(b *testing.B) {
+			lat := make([]time.Duration, 0, b.N)
+			if err := c.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			base := serverUS()
+			b.ResetTimer()
+			for i := range b.N {
+				name := "fresh:" + strconv.Itoa(level) + ":" + strconv.Itoa(i)
+				t0 := time.Now()
+				r, err := be.Acquire(ctx, driver.AcquireRequest{ID: id, Names: []string{name}})
+				if err != nil || r.Results[0].Token == 0 {
+					b.Fatalf("acquire: %+v, %v", r, err)
+				}
+				if err := be.Release(ctx, driver.ReleaseRequest{ID: id, Leases: []driver.Lease{{Name: name, Token: r.Results[0].Token}}}); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			sort.Slice(lat, func(x, y int) bool { return lat[x] < lat[y] })
+			b.ReportMetric(float64(lat[len(lat)/2])/1e3, "pair-p50-us")
+			b.ReportMetric((serverUS()-base)/float64(b.N), "server-us/pair")
+		})
+	}
+	after := measureStorage(b, c, ns)
+	b.Logf("after %d names acquired and closed: %v", used, after)
+	// Names whose session expired: their records stay until the sweep,
+	// which every 64th Acquire runs over the next 64 indexed names.
+	var dead []driver.ID
+	bulk(10000, time.Second, func(id driver.ID) { dead = append(dead, id) })
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		n, err := c.Exists(ctx, "simba:{"+ns+"}:s:"+string(dead[0])).Result()
+		if err != nil || time.Now().After(deadline) {
+			b.Fatalf("the bulk session did not expire: %d, %v", n, err)
+		}
+		if n == 0 {
+			break
+		}
+		<-time.After(50 * time.Millisecond)
+	}
+	expired := measureStorage(b, c, ns)
+	id = openBench(b, be)
+	calls := 0
+	for {
+		r, err := be.Acquire(ctx, driver.AcquireRequest{ID: id, Names: []string{"busy"}})
+		if err != nil || r.Results[0].Token == 0 {
+			b.Fatalf("acquire: %+v, %v", r, err)
+		}
+		calls++
+		if calls%1000 == 0 {
+			if n, err := c.ZCard(ctx, "simba:{"+ns+"}:names").Result(); err != nil || n <= 1 {
+				break
+			}
+		}
+		if calls > 1000000 {
+			b.Fatal("the sweep never caught up")
+		}
+	}
+	swept := measureStorage(b, c, ns)
+	if err := be.Close(ctx, id); err != nil {
+		b.Fatal(err)
+	}
+	final := measureStorage(b, c, ns)
+	b.Logf("10,000 names of an expired session: %v; after %d Acquires (sweeping): %v; after the last session closed: %v", expired, calls, swept, final)
+	b.ReportMetric(float64(after.keys-before.keys), "keys-after-1e6-names")
+	b.ReportMetric(float64(after.nsBytes-before.nsBytes), "ns-bytes-after-1e6-names")
+	b.ReportMetric(float64(after.usedMemory-before.usedMemory), "used-memory-delta-B")
+	b.ReportMetric(float64(calls), "acquires-to-sweep-1e4-expired")
 }

@@ -41,24 +41,29 @@ func TestServerCheckWarns(t *testing.T) {
 		name string
 		args []string
 		want []string
+		opts []redissimba.Option
 	}{
 		{"evicting, no persistence", []string{"--maxmemory-policy", "allkeys-lru"}, []string{
-			"WARN redissimba: maxmemory-policy is allkeys-lru",
+			"WARN redissimba: maxmemory-policy allkeys-lru with maxmemory 0",
 			"WARN redissimba: no persistence",
-		}},
-		{"noeviction, AOF", []string{"--maxmemory-policy", "noeviction"}, nil},
+		}, nil},
+		{"noeviction, AOF", []string{"--maxmemory-policy", "noeviction"}, nil, nil},
 		// A crash of these restarts from an older state with the epoch key
 		// in it: no quarantine, while the holder of a lease granted since
 		// still believes in it.
 		{"noeviction, AOF everysec", []string{"--maxmemory-policy", "noeviction"}, []string{
 			"WARN redissimba: appendonly yes with appendfsync everysec",
-		}},
+		}, nil},
 		{"noeviction, RDB snapshots", []string{"--maxmemory-policy", "noeviction"}, []string{
 			"WARN redissimba: persistence by RDB snapshots only",
-		}},
+		}, nil},
 		{"a replica, min-replicas-to-write 0", []string{"--maxmemory-policy", "noeviction", "--repl-diskless-sync-delay", "0"}, []string{
-			"WARN redissimba: 1 replica(s) and min-replicas-to-write 0",
-		}},
+			// The quarantine does not cover a split brain (ADR 0216).
+			"WARN redissimba: 1 replica(s) and min-replicas-to-write 0: if a replica is promoted (Sentinel) while this master still serves clients on its side of a partition with 0 replica(s), their holders renew here while the promoted replica grants their leases after its quarantine: two holders",
+		}, nil},
+		{"a replica, min-replicas-to-write 1", []string{"--maxmemory-policy", "noeviction", "--repl-diskless-sync-delay", "0", "--min-replicas-to-write", "1"}, nil, nil},
+		{"a replica, WithWaitReplicas(1)", []string{"--maxmemory-policy", "noeviction", "--repl-diskless-sync-delay", "0"}, nil,
+			[]redissimba.Option{redissimba.WithWaitReplicas(1, time.Second)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := startServer(t, tc.args...)
@@ -86,7 +91,7 @@ func TestServerCheckWarns(t *testing.T) {
 				}
 			}
 			var log logged
-			b, err := redissimba.New(c, "check", redissimba.WithLogger(slog.New(&log)))
+			b, err := redissimba.New(c, "check", append([]redissimba.Option{redissimba.WithLogger(slog.New(&log))}, tc.opts...)...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,5 +109,57 @@ func TestServerCheckWarns(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func slogOf(l *logged) *slog.Logger { return slog.New(l) }
+
+// has reports whether a logged message starts with prefix.
+func (l *logged) has(prefix string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.msgs {
+		if strings.HasPrefix(m, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// The server check's warnings reach the application once per start
+// (issue 22.9): through WithLogger's logger at the first Open or Init, or
+// not at all when the application called CheckServer itself and got them.
+func TestServerCheckLoggedOnce(t *testing.T) {
+	srv := startServer(t) // no persistence: one warning
+	c := dial(t, redis.NewClient(&redis.Options{Addr: srv.addr(), ContextTimeoutEnabled: true}), "private server")
+	var log logged
+	b, err := redissimba.New(c, namespace(t), redissimba.WithLogger(slog.New(&log)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Init(ctxT(t)) // refused on a server just started; the check ran
+	for range 2 {
+		if _, err := b.Open(ctxT(t), driver.OpenRequest{LeaseDuration: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(log.msgs) != 1 || !strings.HasPrefix(log.msgs[0], "WARN redissimba: no persistence") {
+		t.Fatalf("logged %q, want the no-persistence warning once", log.msgs)
+	}
+
+	var log2 logged
+	b2, err := redissimba.New(c, namespace(t), redissimba.WithLogger(slog.New(&log2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, err := b2.CheckServer(ctxT(t)); err != nil || len(w) != 1 {
+		t.Fatalf("CheckServer = %q, %v", w, err)
+	}
+	_ = b2.Init(ctxT(t))
+	if _, err := b2.Open(ctxT(t), driver.OpenRequest{LeaseDuration: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if len(log2.msgs) != 0 {
+		t.Fatalf("logged %q after the application's own CheckServer, want nothing", log2.msgs)
 	}
 }

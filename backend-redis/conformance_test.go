@@ -17,19 +17,23 @@ import (
 // kitLease is the lease the conformance kit asks for.
 const kitLease = 2 * time.Second
 
+// kitLockDelay is the backends' maximum lock-delay in the kit (ADR 0246).
+const kitLockDelay = 1500 * time.Millisecond
+
 // kitConfig runs the kit with one new Redis client (and Backend) per kit
 // client, as separate processes would have. dial returns a new client.
 // Backends cap leases at the kit's lease (so a quarantine lasts one kit
-// lease), and the kit initialises each namespace with Init before its
+// lease, plus the maximum lock-delay), and the kit initialises each namespace with Init before its
 // first client, except in the case that checks a new namespace's
 // quarantine.
 func kitConfig(dial func(t *testing.T) redis.UniversalClient) backendtest.Config {
 	return backendtest.Config{
 		NewBackend: func(t *testing.T, ns string) driver.Backend {
-			return newUninitialised(t, dial(t), ns, redissimba.WithMaxLease(kitLease))
+			return newUninitialised(t, dial(t), ns, redissimba.WithMaxLease(kitLease), redissimba.WithMaxLockDelay(kitLockDelay))
 		},
-		Lease:    kitLease,
-		MaxLease: kitLease,
+		Lease:        kitLease,
+		MaxLease:     kitLease,
+		MaxLockDelay: kitLockDelay,
 		Init: func(t *testing.T, ns string) {
 			newBackend(t, dial(t), ns) // newBackend calls Init
 		},

@@ -182,6 +182,31 @@ func ExampleWithMaxLease() {
 	defer s.Close()
 }
 
+// An election whose term, if the leader's session expires (a frozen
+// process), keeps the name from every other candidate for 15 s on the Redis
+// clock, so that a leader that wakes up and writes to a resource that
+// cannot check a fencing token finds nobody else at work. Needs a Redis
+// server, so it is compiled but not run; TestLockDelayAfterExpiry runs the
+// same rule.
+func ExampleWithMaxLockDelay() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	b, err := redissimba.New(rdb, "billing", redissimba.WithMaxLockDelay(15*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	s, err := session.Open(context.Background(), b)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close() // a close, like a step-down's release, skips the delay
+	e, err := election.Start(s, "invoice-run", election.WithLockDelay(15*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer e.Close()
+}
+
 // Behind Sentinel with one replica, every grant and renewal waits for the
 // replica's acknowledgement, so a failover to it loses nothing a leader
 // believes. Needs Sentinel, so it is compiled but not run;

@@ -36,25 +36,69 @@ import (
 // function reads the cached one instead.
 const acquireRunIDLine = "  rid = string.match(redis.call('INFO', 'server'), '\\nrun_id:(%x+)')\n"
 
+// acquireMemLines are the lines of acquireSrc that read the eviction policy
+// before a grant (ADR 0164). INFO memory costs about 15 µs of server time,
+// more than the rest of a grant, so the function keeps the policy and the
+// limit it read for one second of Redis TIME: a policy or a limit set at run time stops grants
+// within a second (a step of the clock back reads it again). The script
+// reads it on every grant. The replication section (ADR 0163) is read on
+// every call by both: a failover and back can take milliseconds.
+const acquireMemLines = "local mem = redis.call('INFO', 'memory') -- the function reads these at most once a second\n" +
+	"local policy, limit = string.match(mem, '\\nmaxmemory_policy:([%w-]+)'), tonumber(string.match(mem, '\\nmaxmemory:(%d+)'))\n"
+
+// acquireSeenLine is the line of acquireSrc that makes the table where the
+// acquire keeps the last INFO replication text and epoch it parsed, with
+// their parse: the script makes it anew on every call, the function once,
+// in its library, so that a call finding the same text as the last one
+// skips the parse (ADR 0315). The parse is a function of the text alone,
+// so the cached one is the parse of the text read, whatever ran between
+// the calls.
+const acquireSeenLine = "local seen = {free = {false, false, false, false, false}} -- the function keeps it between calls (functions.go)\n"
+
+// acquireDecimal is acquireSrc's function formatting a token: the script
+// makes it on every call, the function once, in its library.
+const acquireDecimal = "-- %d prints an integer below 2^53 as %.0f does, at a third of the cost.\n" +
+	"local function decimal(x)\n" +
+	"  if x >= 1 and x < 9007199254740992 and x % 1 == 0 then return string.format('%d', x) end\n" +
+	"  return string.format('%.0f', x)\n" +
+	"end\n"
+
 // acquireLib is the library holding the acquire function; fnAcquire its name.
 var acquireLib, fnAcquire = acquireLibrary()
+
+// argFnAcquire is fnAcquire boxed once.
+var argFnAcquire any = fnAcquire
 
 // acquireLibrary builds the library from acquireSrc. Its name and the
 // function's carry a hash of the code, so that processes running different
 // versions of this package can share a server: each loads its own library
 // and none replaces another's.
 func acquireLibrary() (code, fn string) {
-	if strings.Count(acquireSrc, acquireRunIDLine) != 1 {
-		panic("redissimba: the acquire script's run_id line is not where the function expects it")
+	if strings.Count(acquireSrc, acquireRunIDLine) != 1 || strings.Count(acquireSrc, acquireMemLines) != 1 || strings.Count(acquireSrc, acquireSeenLine) != 1 ||
+		strings.Count(acquireSrc, acquireDecimal) != 1 {
+		panic("redissimba: the acquire script's run_id, memory, seen or decimal lines are not where the function expects them")
 	}
 	body := strings.Replace(acquireSrc, acquireRunIDLine, "  rid = runID()\n", 1)
+	body = strings.Replace(body, acquireMemLines, "local policy, limit = memoryPolicy(now)\n", 1)
+	body = strings.Replace(body, acquireSeenLine, "", 1)
+	body = strings.Replace(body, acquireDecimal, "", 1)
 	lib := `
-local cached
+local seen = {free = {false, false, false, false, false}}
+` + acquireDecimal + `local cached
 local function runID()
   if not cached then
     cached = string.match(redis.call('INFO', 'server'), '\nrun_id:(%x+)')
   end
   return cached
+end
+local memPolicy, memLimit, memAt
+local function memoryPolicy(now)
+  if not memAt or now < memAt or now - memAt > 1000000 then
+    local mem = redis.call('INFO', 'memory')
+    memPolicy, memLimit = string.match(mem, '\nmaxmemory_policy:([%w-]+)'), tonumber(string.match(mem, '\nmaxmemory:(%d+)'))
+    memAt = now
+  end
+  return memPolicy, memLimit
 end
 redis.register_function('FN', function(KEYS, ARGV)
 ` + body + `end)
@@ -65,13 +109,15 @@ redis.register_function('FN', function(KEYS, ARGV)
 	return "#!lua name=simba_" + h + "\n" + strings.Replace(lib, "'FN'", "'"+fn+"'", 1), fn
 }
 
-// runAcquire runs the acquire operation: the function when the server has
-// (or takes) it, the script otherwise.
-func (b *Backend) runAcquire(ctx context.Context, keys []string, args ...any) *redis.Cmd {
+// runAcquire runs the acquire operation, argv's keys and arguments (see
+// newArgv): the function when the server has (or takes) it, the script
+// otherwise.
+func (b *Backend) runAcquire(ctx context.Context, argv []any) *redis.Cmd {
 	if b.opts.waitReplicas != 0 || b.noFunctions.Load() {
-		return b.run(ctx, acquireScript, keys, args...)
+		return b.runArgv(ctx, acquireScript, argv)
 	}
-	cmd := b.rdb.FCall(ctx, fnAcquire, keys, args...)
+	argv[0], argv[1] = "fcall", argFnAcquire
+	cmd := b.send(ctx, argv)
 	err := cmd.Err()
 	switch {
 	case err == nil || !isRedisError(err):
@@ -80,30 +126,32 @@ func (b *Backend) runAcquire(ctx context.Context, keys []string, args ...any) *r
 		// This node has not loaded the library (a fresh server, a
 		// FUNCTION FLUSH, a Cluster node that received the slot): load it
 		// there and call again. Nothing ran, so calling again is safe.
-		if lerr := b.loadAcquire(ctx, keys[0]); lerr != nil {
+		key, _ := argv[argvHead].(string)
+		if lerr := b.loadAcquire(ctx, key); lerr != nil {
 			if refusesFunctions(lerr) {
 				b.noFunctions.Store(true) // this server will not take functions
 			}
-			return b.run(ctx, acquireScript, keys, args...)
+			return b.runArgv(ctx, acquireScript, argv)
 		}
-		cmd = b.rdb.FCall(ctx, fnAcquire, keys, args...)
+		argv[0], argv[1] = "fcall", argFnAcquire
+		cmd = b.send(ctx, argv)
 		if err := cmd.Err(); err != nil && functionMissing(err) {
 			// Still not there (a Cluster ASK to an importing node, a
 			// failover in between): this call runs the script.
-			return b.run(ctx, acquireScript, keys, args...)
+			return b.runArgv(ctx, acquireScript, argv)
 		}
 		return cmd
 	case refusesFunctions(err):
 		// Redis before 7, or an ACL without FCALL: nothing ran.
 		b.noFunctions.Store(true)
-		return b.run(ctx, acquireScript, keys, args...)
+		return b.runArgv(ctx, acquireScript, argv)
 	case refusesWritesNow(err):
 		// A function declares no flags, so Redis counts FCALL as a write
 		// that may grow memory and refuses it before it runs while the
 		// server refuses writes. The script (EVAL, no flags) runs then and
 		// stops only at its first write: a refusal, whose mark it makes
 		// with pcall, is still answered, and a grant fails as it would.
-		return b.run(ctx, acquireScript, keys, args...)
+		return b.runArgv(ctx, acquireScript, argv)
 	}
 	return cmd
 }

@@ -1,6 +1,7 @@
 package redissimba_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -114,4 +115,21 @@ func TestAcquireFunctionComparesRunIDs(t *testing.T) {
 			t.Fatalf("Acquire under an epoch of another run_id = %+v, %v; want a quarantine", r, err)
 		}
 	})
+}
+
+// An ACL user without INFO cannot use Simba (every acquire reads it): the
+// first Open says so, naming the command and the fix, with ErrServerUnsafe.
+func TestACLWithoutINFORefusedAtStart(t *testing.T) {
+	s := startServer(t)
+	admin := s.client(s.addr())
+	if err := admin.Do(ctxT(t), "ACL", "SETUSER", "noinfo", "on", "nopass", "~*", "&*", "+@all", "-info").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), Username: "noinfo", Password: "any", ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	b := newUninitialised(t, c, namespace(t))
+	_, err := b.Open(ctxT(t), driver.OpenRequest{LeaseDuration: time.Second})
+	if !errors.Is(err, redissimba.ErrServerUnsafe) || !strings.Contains(err.Error(), "+info") {
+		t.Fatalf("Open as a user without INFO = %v; want ErrServerUnsafe saying to allow +info", err)
+	}
 }

@@ -57,11 +57,13 @@ type keys struct {
 	channel string // simba:{ns}:rel
 	names   string // simba:{ns}:names
 	epoch   string // simba:{ns}:epoch
+	lineage string // simba:{ns}:lineage
+	hw      string // simba:{ns}:hw
 }
 
 func newKeys(ns string) keys {
 	p := "simba:{" + ns + "}:"
-	return keys{prefix: p, session: p + "s:", lease: p + "l:", channel: p + "rel", names: p + "names", epoch: p + "epoch"}
+	return keys{prefix: p, session: p + "s:", lease: p + "l:", channel: p + "rel", names: p + "names", epoch: p + "epoch", lineage: p + "lineage", hw: p + "hw"}
 }
 
 // idLen is the length of a session id: 128 bits in lower-case hex.

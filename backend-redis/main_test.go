@@ -88,13 +88,14 @@ func namespace(t testing.TB) string {
 	return "t-" + hex.EncodeToString(b[:])
 }
 
-// newBackend returns a backend on c in namespace ns, initialised (Init):
-// every test namespace is new, so its first use needs no quarantine.
+// newBackend returns a backend on c in namespace ns, initialised
+// (ForceInit): every test namespace is new, so its first use needs no
+// quarantine, which Init may not see on a server the test just started.
 func newBackend(t testing.TB, c redis.UniversalClient, ns string, opts ...redissimba.Option) *redissimba.Backend {
 	t.Helper()
 	b := newUninitialised(t, c, ns, opts...)
-	if err := b.Init(ctxT(t)); err != nil {
-		t.Fatalf("Init(%q) = %v", ns, err)
+	if err := b.ForceInit(ctxT(t)); err != nil {
+		t.Fatalf("ForceInit(%q) = %v", ns, err)
 	}
 	return b
 }

@@ -3,12 +3,15 @@ package redissimba_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	redissimba "github.com/simba-go/simba/backend-redis"
+	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/session/driver"
 )
 
@@ -146,15 +149,16 @@ func TestUninitialisedNamespaceQuarantined(t *testing.T) {
 	})
 }
 
-// Init after a loss that no Acquire noticed disables that quarantine: the
-// reason its documentation says to call it only on a new namespace.
-func TestInitAfterLossSkipsQuarantine(t *testing.T) {
+// ForceInit after a loss that no Acquire noticed disables that quarantine:
+// the reason its documentation says to call it only when no holder can
+// still believe in a term.
+func TestForceInitAfterLossSkipsQuarantine(t *testing.T) {
 	c := standalone(t)
 	ns := namespace(t)
 	b := newBackend(t, c, ns)
 	acquire(t, b, open(t, b, time.Second), "x")
 	loseNamespace(t, c, ns)
-	if err := b.Init(ctxT(t)); err != nil {
+	if err := b.ForceInit(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
 	if tok := acquire(t, b, open(t, b, time.Second), "x")[0]; tok == 0 {
@@ -314,5 +318,72 @@ func TestClusterSlotMoveQuarantines(t *testing.T) {
 	awaitQuarantine(t, b, o, maxLease, "y")
 	if tok := acquire(t, b, o, "y")[0]; tok == 0 {
 		t.Fatal("y not granted after the quarantine")
+	}
+}
+
+// The quarantine says what started it and, for a namespace that looks
+// new, what to do (issue 22.8): the backend's hint reaches the engine's
+// error. The wait itself stays: a new namespace and a lost one look the
+// same.
+func TestQuarantineHintSaysWhatToDo(t *testing.T) {
+	c := standalone(t)
+	const maxLease = 300 * time.Millisecond
+	hint := func(b *redissimba.Backend) string {
+		t.Helper()
+		r, err := b.Acquire(ctxT(t), driver.AcquireRequest{ID: open(t, b, time.Second), Names: []string{"x"}})
+		if err != nil || r.Quarantine <= 0 {
+			t.Fatalf("Acquire = %+v, %v; want a quarantine", r, err)
+		}
+		return r.QuarantineHint
+	}
+	ns := namespace(t)
+	b := newUninitialised(t, c, ns, redissimba.WithMaxLease(maxLease))
+	if h := hint(b); !strings.Contains(h, "either it is new or it lost its records") || !strings.Contains(h, "run Init once") || !strings.Contains(h, "simba --backend URL init") {
+		t.Fatalf("hint of a new namespace's quarantine = %q, want it to say a new namespace runs Init", h)
+	}
+	// A namespace with a history: its epoch alone gone.
+	ns = namespace(t)
+	b = newBackend(t, c, ns, redissimba.WithMaxLease(maxLease))
+	acquire(t, b, open(t, b, time.Second), "x")
+	if err := c.Del(ctxT(t), "simba:{"+ns+"}:epoch").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if h := hint(b); !strings.Contains(h, "lost records") || strings.Contains(h, "run Init") {
+		t.Fatalf("hint after the epoch alone was lost = %q, want a loss, not Init", h)
+	}
+	// Another history.
+	ns = namespace(t)
+	b = newBackend(t, c, ns, redissimba.WithMaxLease(maxLease))
+	if err := c.Set(ctxT(t), "simba:{"+ns+"}:lineage", strings.Repeat("0f", 20), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if h := hint(b); !strings.Contains(h, "replication history changed") {
+		t.Fatalf("hint after the history changed = %q", h)
+	}
+	// A running quarantine keeps the hint it started with.
+	if h := hint(b); !strings.Contains(h, "replication history changed") {
+		t.Fatalf("hint during the same quarantine = %q", h)
+	}
+}
+
+// The engine carries the hint into the quarantine's event and refusals.
+func TestEngineQuarantineSaysRunInit(t *testing.T) {
+	c := standalone(t)
+	cfg := deadline.Config{LeaseDuration: time.Second, RenewInterval: 300 * time.Millisecond}
+	b := newUninitialised(t, c, namespace(t), redissimba.WithMaxLease(time.Second))
+	_, _, ev := startEngine(t, b, cfg, "x")
+	for end := time.After(5 * time.Second); ; {
+		select {
+		case e := <-ev:
+			if e.Kind != session.BackendQuarantined {
+				continue
+			}
+			if !errors.Is(e.Err, session.ErrQuarantined) || !strings.Contains(e.Err.Error(), "no lease for") || !strings.Contains(e.Err.Error(), "run Init once") {
+				t.Fatalf("BackendQuarantined on a new namespace: %v, want the wait and what to do", e.Err)
+			}
+			return
+		case <-end:
+			t.Fatal("no BackendQuarantined event within 5s")
+		}
 	}
 }

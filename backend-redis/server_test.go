@@ -26,6 +26,7 @@ type server struct {
 	dir   string
 	args  []string // redis-server arguments before the common ones
 	ready string   // the log line that says it is ready
+	bin   string   // the executable: redis-server unless set
 	cmd   *exec.Cmd
 }
 
@@ -52,12 +53,28 @@ func startServer(t testing.TB, args ...string) *server {
 }
 
 // startSentinel starts a Redis Sentinel on a spare port that monitors
-// master under the name "m".
+// master under the name "m": the executable SIMBA_REDIS_SENTINEL_BIN names
+// (scripts/services/redis.sh installs the redis-sentinel package and sets
+// it), else redis-sentinel on the PATH, else redis-server in sentinel mode.
 func startSentinel(t testing.TB, master *server) *server {
 	t.Helper()
-	s := &server{t: t, port: freePort(t), dir: t.TempDir(), ready: "+monitor master"}
+	return startSentinelOn(t, master.port, 5000)
+}
+
+// startSentinelOn is startSentinel for a master at a loopback port (a
+// proxy, so that the test can cut the Sentinel off) with the given
+// down-after-milliseconds.
+func startSentinelOn(t testing.TB, port, downAfterMS int) *server {
+	t.Helper()
+	bin := os.Getenv("SIMBA_REDIS_SENTINEL_BIN")
+	if bin == "" {
+		if p, err := exec.LookPath("redis-sentinel"); err == nil {
+			bin = p
+		}
+	}
+	s := &server{t: t, port: freePort(t), dir: t.TempDir(), ready: "+monitor master", bin: bin}
 	conf := filepath.Join(s.dir, "sentinel.conf")
-	body := fmt.Sprintf("sentinel monitor m 127.0.0.1 %d 1\nsentinel down-after-milliseconds m 5000\n", master.port)
+	body := fmt.Sprintf("sentinel monitor m 127.0.0.1 %d 1\nsentinel down-after-milliseconds m %d\n", port, downAfterMS)
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +92,11 @@ func (s *server) start() {
 	s.t.Helper()
 	args := append(append([]string(nil), s.args...), "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir, "--dbfilename", "dump.rdb", "--loglevel", "notice")
-	cmd := exec.Command("redis-server", args...)
+	bin := s.bin
+	if bin == "" {
+		bin = "redis-server"
+	}
+	cmd := exec.Command(bin, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		s.t.Fatal(err)
@@ -162,10 +183,11 @@ type proxy struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	cut    bool
+	silent bool // connections stay open but every byte is dropped
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
 }
 
 func startProxy(t testing.TB, target string) *proxy {
@@ -212,7 +234,27 @@ func (p *proxy) accept() {
 
 func (p *proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		p.mu.Lock()
+		drop := p.silent
+		p.mu.Unlock()
+		if n > 0 && !drop {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	p.mu.Lock()
+	hold := p.silent
+	p.mu.Unlock()
+	if hold {
+		return // a silent partition carries no FIN either: close ends dst
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()
@@ -232,6 +274,15 @@ func (p *proxy) setCut(cut bool) {
 			_ = c.Close()
 		}
 	}
+}
+
+// setSilent drops every byte both ways, closes included, while keeping
+// the connections open, or forwards again: a partition no side hears of
+// (no FIN, no RST), noticed only by timeouts.
+func (p *proxy) setSilent(silent bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.silent = silent
 }
 
 func (p *proxy) close() {

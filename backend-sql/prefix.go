@@ -60,3 +60,35 @@ func ValidatePrefix(prefix string) error {
 // needs (run the migration the message names) or newer and incompatible
 // (upgrade the library). The message names both versions.
 var ErrSchemaVersion = errors.New("simba: schema version mismatch")
+
+// ErrUnknownNamespace is wrapped by the error a backend opened on an
+// existing namespace only (pgsimba.OpenExisting, mysqlsimba.OpenExisting)
+// returns when nothing of the namespace is installed: a mistyped name reads
+// as an error naming it, and nothing is created.
+var ErrUnknownNamespace = errors.New("simba: no such namespace")
+
+// ErrForeignTable is wrapped by the error a backend returns, before it
+// creates or changes anything, when a table or routine of the namespace's
+// names exists but is not one Simba created (another shape: an
+// application's own table). Simba never alters or writes what it did not
+// create. The message names the object and what differs.
+var ErrForeignTable = errors.New("simba: a table of the namespace's names is not Simba's")
+
+// ErrSchemaConflict is wrapped by the error pgsimba returns when the
+// namespace's tables are in another schema than the one WithSchema names,
+// or in more than one schema: one prefix on one database is one namespace,
+// whatever a pool's search_path (ADR 0170).
+var ErrSchemaConflict = errors.New("simba: one prefix on one database is one namespace")
+
+// ErrReadOnly is wrapped by the error a backend returns at start when the
+// connections' transactions are read-only (a standby, a read-only default):
+// every call of a session writes. A backend opened with OpenExisting only
+// reads, and accepts them.
+var ErrReadOnly = errors.New("simba: read-only connection")
+
+// ErrSessionSetting is wrapped by the error a backend returns at start when
+// its connections run with a session setting under which its calls cannot
+// work (MySQL/MariaDB autocommit off: every statement would leave a
+// transaction open on the pool's connection). The message names the
+// setting and what to use instead.
+var ErrSessionSetting = errors.New("simba: a session setting Simba cannot work under")

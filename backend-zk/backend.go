@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,10 +66,24 @@ type Backend struct {
 
 	wg sync.WaitGroup // goroutines the backend started
 
-	// highest is the highest token this Backend value has handed out per
-	// name: a second guard, within one process, behind the epoch that
-	// keeps tokens rising in every process (ADR 0138). Guarded by mu.
-	highest map[string]uint64
+	// maxTok is the highest token this Backend value has reported: a
+	// second guard, within one process, behind the epoch that keeps tokens
+	// rising in every process (ADR 0138). A grant whose create was sent
+	// after the reply of a grant of token t (of any name, any epoch) must
+	// have a token above t (ADR 0255): one word instead of a map of every
+	// name ever granted.
+	maxTok atomic.Uint64
+
+	// delayEnds estimates, on the local clock, when the lock-delay of a
+	// name found ended ends by the server's clock (at most
+	// maxDelayEstimates names; each removed when it passes or the name is
+	// granted). Only to spare probes: the server's times decide. Guarded
+	// by mu.
+	delayEnds map[string]time.Time
+	// orphans are names whose lock-delay markers this Backend's expired
+	// sessions left, for the next session to sweep (at most maxOrphans).
+	// Guarded by mu.
+	orphans map[string]struct{}
 
 	// rconn is the connection Inspect reads over (never a session's),
 	// dialled on first use by whoever holds rdial; seen is what Inspect
@@ -85,6 +102,18 @@ type Backend struct {
 // the quarantine. The lease is not made a term: its node is deleted.
 var ErrTokenRegressed = errors.New("zksimba: fencing token went backwards (the ensemble lost its data)")
 
+// ErrNotALease is the error of an acquisition whose name is taken by a
+// node that is not a lease (a persistent node: another namespace's root
+// or one of its parents, or an application's node under the namespace
+// root). The name is never granted while the node stands, and never
+// reported as held by someone (docs/adr/0178-zk-overlapping-namespaces.md).
+var ErrNotALease = errors.New("zksimba: node under the namespace root is not a lease")
+
+// notALease is the error for the node at path.
+func notALease(path string) error {
+	return fmt.Errorf("%w: %s is a persistent node (another namespace's root or a parent of one, or an application's node): namespaces must not overlap, and nothing else may create nodes under a namespace root", ErrNotALease, path)
+}
+
 var (
 	_ driver.Backend     = (*Backend)(nil)
 	_ driver.Broadcaster = (*Backend)(nil)
@@ -99,8 +128,8 @@ func New(servers []string, root string, opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("%w: no ZooKeeper servers given", ErrInvalidOption)
 	}
 	for _, s := range servers {
-		if s == "" {
-			return nil, fmt.Errorf("%w: empty server address", ErrInvalidOption)
+		if err := checkServer(s); err != nil {
+			return nil, err
 		}
 	}
 	if err := ValidateRoot(root); err != nil {
@@ -111,15 +140,40 @@ func New(servers []string, root string, opts ...Option) (*Backend, error) {
 		return nil, err
 	}
 	return &Backend{
-		servers:  append([]string(nil), servers...),
-		root:     root,
-		cfg:      cfg,
-		sessions: make(map[driver.ID]*zsession),
-		highest:  make(map[string]uint64),
-		rdial:    make(chan struct{}, 1),
-		quit:     make(chan struct{}),
-		seen:     inspectCache{nodes: make(map[string]watchedNode)},
+		servers:   append([]string(nil), servers...),
+		root:      root,
+		cfg:       cfg,
+		sessions:  make(map[driver.ID]*zsession),
+		delayEnds: make(map[string]time.Time),
+		orphans:   make(map[string]struct{}),
+		rdial:     make(chan struct{}, 1),
+		quit:      make(chan struct{}),
+		seen:      inspectCache{nodes: make(map[string]watchedNode)},
 	}, nil
+}
+
+// checkServer refuses a server address go-zookeeper would dial forever
+// without success: it takes "host" or "host:port" (port 2181 if none), and
+// a connect string's chroot suffix ("zk1:2181/app", as Java clients take
+// it) would be dialled as the port "2181/app" while Open waits for its
+// context.
+func checkServer(s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: empty server address", ErrInvalidOption)
+	case strings.Contains(s, "/"):
+		return fmt.Errorf("%w: server %q: a chroot suffix is not supported; give host:port here and the whole path as the root (New(servers, \"/chroot/simba/app\"))", ErrInvalidOption, s)
+	case !strings.Contains(s, ":"):
+		return nil // go-zookeeper adds :2181
+	}
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%w: server %q: want host or host:port (%w)", ErrInvalidOption, s, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%w: server %q: port %q is not a number in [1, 65535]", ErrInvalidOption, s, port)
+	}
+	return nil
 }
 
 // Root is the namespace root the backend's lease nodes live under.
@@ -160,6 +214,7 @@ func (b *Backend) Open(ctx context.Context, req driver.OpenRequest) (driver.Open
 	}
 	b.sessions[s.id] = s
 	b.mu.Unlock()
+	b.sweepOrphans(s)
 	s.log.Info("zksimba: session opened", "session", s.id, "requested", req.LeaseDuration, "negotiated", s.timeout())
 	// Nominal: 5/12 is this backend's rule, so the engine warns only when
 	// the server clamped the timeout below the one asked for.
@@ -231,10 +286,14 @@ func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.Re
 // a loss, nothing is granted and the reply's Quarantine says how long it
 // lasts; a session whose epoch is gone answers [driver.ErrExpired].
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
+	if err := b.checkLockDelay(req.LockDelay); err != nil {
+		return driver.AcquireReply{}, fmt.Errorf("zksimba: acquire: %w", err)
+	}
 	s, err := b.lookup(req.ID)
 	if err != nil {
 		return driver.AcquireReply{}, fmt.Errorf("zksimba: acquire: %w", err)
 	}
+	tokFloor := b.maxTok.Load()
 	results := make([]driver.AcquireResult, len(req.Names))
 	outs := make([]acquired, len(req.Names))
 	errs := make([]error, len(req.Names))
@@ -247,14 +306,14 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 			continue
 		}
 		if len(req.Names) == 1 {
-			outs[i], errs[i] = s.acquire(ctx, name)
+			outs[i], errs[i] = s.acquire(ctx, name, req.LockDelay)
 			continue
 		}
 		wg.Add(1)
 		inFlight <- struct{}{}
 		go func() {
 			defer func() { <-inFlight; wg.Done() }()
-			outs[i], errs[i] = s.acquire(ctx, name)
+			outs[i], errs[i] = s.acquire(ctx, name, req.LockDelay)
 		}()
 	}
 	wg.Wait()
@@ -290,21 +349,22 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 		return driver.AcquireReply{Results: results, Quarantine: quarantine}, nil
 	}
 	var back []driver.Lease
-	b.mu.Lock()
+	top := uint64(0)
 	for i := range results {
 		r := &results[i]
 		if r.Token == 0 {
 			continue
 		}
-		if h := b.highest[r.Name]; r.Token < h {
-			r.Err = fmt.Errorf("%w: %q got token %d after %d", ErrTokenRegressed, r.Name, r.Token, h)
+		if outs[i].fresh && r.Token <= tokFloor {
+			r.Err = fmt.Errorf("%w: %q got token %d after this process reported %d", ErrTokenRegressed, r.Name, r.Token, tokFloor)
 			back = append(back, driver.Lease{Name: r.Name, Token: r.Token})
 			r.Token = 0
 			continue
 		}
-		b.highest[r.Name] = r.Token
+		top = max(top, r.Token)
 	}
-	b.mu.Unlock()
+	for cur := b.maxTok.Load(); top > cur && !b.maxTok.CompareAndSwap(cur, top); cur = b.maxTok.Load() {
+	}
 	if len(back) > 0 {
 		if err := b.Release(ctx, driver.ReleaseRequest{ID: req.ID, Leases: back}); err != nil {
 			return driver.AcquireReply{}, fmt.Errorf("zksimba: acquire %s: %w", s.id, err)
@@ -363,6 +423,7 @@ func (b *Backend) Close(ctx context.Context, id driver.ID) error {
 	if !ok {
 		return nil
 	}
+	s.releaseMarked(ctx)
 	return s.close(ctx)
 }
 
@@ -382,6 +443,7 @@ func (b *Backend) Shutdown(ctx context.Context) error {
 	b.mu.Unlock()
 	var errs []error
 	for _, s := range all {
+		s.releaseMarked(ctx)
 		errs = append(errs, s.close(ctx))
 	}
 	b.closeReadConn()

@@ -2,7 +2,11 @@ package zksimba_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -260,4 +264,63 @@ func rawConn(b testing.TB, srv []string) *zk.Conn {
 		b.Fatal(err)
 	}
 	return conn
+}
+
+// BenchmarkNamesEverUsed (issue 23): the ensemble's storage and one
+// acquire + release of a fresh name after 1 and 10,000 distinct names
+// were ever acquired and released (10⁶ with SIMBA_BENCH_NAMES=1000000:
+// about 8 minutes on a loaded 2-core machine). The names are driven
+// through the backend's API in batches of 1,000 (cycleNames), as a service
+// with a lock per entity would. Reported per level: the nodes under the
+// root before anything and now (a constant: root, @epoch, its identity,
+// @delay), and the process's live heap after a GC (the per-name map that
+// grew with every name is gone, ADR 0255).
+func BenchmarkNamesEverUsed(b *testing.B) {
+	srv, root := standalone(b), newRoot(b)
+	be := newBackend(b, srv, root)
+	s := open(b, be, 20*time.Second)
+	keepAlive(b, be, s.ID, 2*time.Second)
+	raw := rawConn(b, srv)
+	before := nodeCount(b, raw, root)
+	used := 0
+	for _, n := range namesLevels() {
+		cycleNames(b, be, s.ID, "ever-", used, n-used, 0)
+		used = n
+		b.Run(fmt.Sprintf("names=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				name := fmt.Sprintf("fresh-%d-%d", n, i)
+				r, err := be.Acquire(ctx, driver.AcquireRequest{ID: s.ID, Names: []string{name}})
+				if err != nil || r.Results[0].Token == 0 {
+					b.Fatalf("Acquire: %+v, %v", r, err)
+				}
+				if err := be.Release(ctx, driver.ReleaseRequest{ID: s.ID, Leases: []driver.Lease{{Name: name, Token: r.Results[0].Token}}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(before), "nodes-before")
+			b.ReportMetric(float64(nodeCount(b, raw, root)), "nodes-after")
+			b.ReportMetric(float64(liveHeap())/(1<<20), "heap-MiB")
+		})
+	}
+}
+
+// namesLevels are the numbers of names ever used BenchmarkNamesEverUsed
+// measures at: 1 and 10⁴, and SIMBA_BENCH_NAMES (10⁶, say) if set.
+func namesLevels() []int {
+	levels := []int{1, 10_000}
+	if v, err := strconv.Atoi(os.Getenv("SIMBA_BENCH_NAMES")); err == nil && v > levels[len(levels)-1] {
+		levels = append(levels, v)
+	}
+	return levels
+}
+
+// liveHeap is the heap in use after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }

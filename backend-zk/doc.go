@@ -54,7 +54,9 @@
 // from the ctime of the lease node each Acquire creates, so no extra round
 // trip: Acquire grants nothing and answers driver.AcquireReply.Quarantine.
 // A namespace never used is quarantined the same way unless [Backend.Init]
-// created it (docs/adr/0138-zk-epoch-tokens.md).
+// created it (docs/adr/0138-zk-epoch-tokens.md); Init refuses where records
+// may have been lost within one MaxLease, and [Backend.ForceInit] skips
+// that check (docs/adr/0179-zk-init-safety.md).
 //
 // # Broadcast
 //

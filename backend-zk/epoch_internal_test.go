@@ -19,7 +19,20 @@ func TestEpochTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	if initEp.start != 1767225600 || initEp.until != 0 {
-		t.Fatalf("Init epoch: start %d, until %d", initEp.start, initEp.until)
+		t.Fatalf("Init epoch of before ADR 0179: start %d, until %d", initEp.start, initEp.until)
+	}
+	// An Init epoch now records 1 ms: it starts past its creation second
+	// (above every token of an epoch lost in that second) and grants
+	// nothing before it.
+	newInit, err := newEpoch("/r", epochRecord{Epoch: "0123456789abcdef", QuarantineMS: initQuarantineMS}, &zk.Stat{Czxid: 0x500000010, Ctime: created})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if newInit.start != 1767225601 || newInit.until != 1767225601000 {
+		t.Fatalf("Init epoch: start %d, until %d; want 1767225601 and its first ms", newInit.start, newInit.until)
+	}
+	if lostSameSecond, err := initEp.token(&zk.Stat{Czxid: 0x500000010 + 1<<31, Ctime: created + 800}); err != nil || lostSameSecond >= newInit.start<<32 {
+		t.Fatalf("a token of an epoch lost in the Init's second %d, %v; want below %d", lostSameSecond, err, newInit.start<<32)
 	}
 	// After a loss: start past the creation second, and the quarantine at
 	// least to that second (400 ms alone would end before it).

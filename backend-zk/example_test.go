@@ -9,6 +9,7 @@ import (
 
 	zksimba "github.com/simba-go/simba/backend-zk"
 	"github.com/simba-go/simba/session"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // A process opens its one Simba session on ZooKeeper. (Needs a server, so
@@ -64,10 +65,13 @@ func ExampleBackend_Init() {
 	defer b.Shutdown(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	// Only for a namespace never used: on one that lost its records, Init
-	// would skip the quarantine that keeps an old holder and a new one
-	// from both believing they lead.
-	if err := b.Init(ctx); err != nil {
+	// Safe on every deploy: where records may have been lost (a rebuilt
+	// ensemble, records of a lost epoch) it refuses with an error wrapping
+	// driver.ErrInitUnsafe, and the first use waits out the quarantine
+	// that keeps an old holder and a new one from both believing they lead.
+	if err := b.Init(ctx); errors.Is(err, driver.ErrInitUnsafe) {
+		log.Print(err) // starting without Init is safe, only slower
+	} else if err != nil {
 		log.Fatal(err)
 	}
 }
@@ -78,5 +82,19 @@ func ExampleWithMaxLease() {
 	_, err := zksimba.New([]string{"127.0.0.1:2181"}, "/simba/myapp", zksimba.WithMaxLease(0))
 	fmt.Println(errors.Is(err, zksimba.ErrInvalidOption))
 	// Output:
+	// true
+}
+
+// A lock-delay is allowed up to the backend's maximum (0 by default, which
+// refuses every delay); the maximum also lengthens the quarantine after a
+// loss to MaxLease + MaxLockDelay. Locks and elections then ask for their
+// delay with lock.WithLockDelay and election.WithLockDelay.
+func ExampleWithMaxLockDelay() {
+	b, err := zksimba.New([]string{"127.0.0.1:2181"}, "/simba/myapp", zksimba.WithMaxLockDelay(15*time.Second))
+	fmt.Println(b != nil, err)
+	_, err = zksimba.New([]string{"127.0.0.1:2181"}, "/simba/myapp", zksimba.WithMaxLockDelay(-time.Second))
+	fmt.Println(errors.Is(err, zksimba.ErrInvalidOption))
+	// Output:
+	// true <nil>
 	// true
 }

@@ -3,6 +3,7 @@ package zksimba
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -52,7 +53,7 @@ func TestReconnectToExpiredSessionIsFinal(t *testing.T) {
 		}
 		return c, err
 	}
-	b, err := New(strings.Split(srv, ","), "/simba-test/internal-expiry",
+	b, err := New(strings.Split(srv, ","), fmt.Sprintf("/simba-test/internal-expiry-%x", time.Now().UnixNano()),
 		WithDialer(dial), WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)
@@ -103,8 +104,13 @@ func TestReconnectToExpiredSessionIsFinal(t *testing.T) {
 	if err := b.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st := conn.State(); st != zk.StateDisconnected {
-		t.Fatalf("connection %v after expiry and shutdown", st)
+	// go-zookeeper's connect loop sets the state on its own goroutine as
+	// it exits, a moment after Close returns: wait for it, bounded.
+	for end := time.Now().Add(15 * time.Second); conn.State() != zk.StateDisconnected; {
+		if time.Now().After(end) {
+			t.Fatalf("connection %v 15s after expiry and shutdown", conn.State())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	mu.Lock()
 	n := afterGone

@@ -64,7 +64,7 @@ func runHolder() int {
 	if os.Getenv(holderEngineEnv) != "" {
 		return runEngineHolder(ctx, b, name)
 	}
-	if err := b.Init(ctx); err != nil { // the test's root is new
+	if err := b.ForceInit(ctx); err != nil { // the test's root is new
 		fmt.Println("error", err)
 		return 1
 	}

@@ -360,8 +360,11 @@ func (b *Backend) dialRead(ctx context.Context, onEvent zk.EventCallback) (conn 
 	if onEvent == nil {
 		onEvent = func(zk.Event) {}
 	}
-	conn, events, err := zk.Connect(b.servers, 10*time.Second,
-		zk.WithDialer(b.cfg.dial), zk.WithLogger(zkLogger{b.cfg.logger}), zk.WithLogInfo(false),
+	const timeout = 10 * time.Second
+	stall := &stallPolicy{timeout: func() time.Duration { return timeout }}
+	hosts := newHosts()
+	conn, events, err := zk.Connect(b.servers, timeout, zk.WithHostProvider(hosts),
+		zk.WithDialer(stallDialer(b.cfg.dial, hosts, stall, b.cfg.logger)), zk.WithLogger(zkLogger{b.cfg.logger}), zk.WithLogInfo(false),
 		zk.WithEventCallback(onEvent))
 	if err != nil {
 		return nil, nil, err

@@ -22,3 +22,21 @@ func TestNamespaceRule(t *testing.T) {
 		t.Errorf("New(no servers) = %v, matches ErrInvalidName", err)
 	}
 }
+
+// A ZooKeeper connect string's chroot suffix ("zk1:2181/app", as Java
+// clients take it) is no address: go-zookeeper would dial "2181/app" as a
+// port forever and Open would wait for its context. New says so at once.
+func TestNewRefusesAServerWithAChroot(t *testing.T) {
+	for _, srv := range [][]string{{"127.0.0.1:2181/chroot"}, {"zk1:2181", "zk2:2181/kafka"}, {"zk1:port"}, {"zk1:2181:1"}} {
+		_, err := zksimba.New(srv, "/simba/app")
+		if !errors.Is(err, zksimba.ErrInvalidOption) {
+			t.Fatalf("New(%q): %v, want ErrInvalidOption", srv, err)
+		}
+		t.Logf("New(%q): %v", srv, err)
+	}
+	for _, srv := range [][]string{{"zk1"}, {"zk1:2181", "[::1]:2181"}, {"127.0.0.1:2181"}} {
+		if _, err := zksimba.New(srv, "/simba/app"); err != nil {
+			t.Fatalf("New(%q): %v", srv, err)
+		}
+	}
+}

@@ -32,6 +32,7 @@ const DefaultMaxLease = 30 * time.Second
 
 type config struct {
 	maxLease       time.Duration
+	maxLockDelay   time.Duration
 	user, password string
 	acl            []zk.ACL
 	logger         *slog.Logger
@@ -92,6 +93,35 @@ func WithMaxLease(d time.Duration) Option {
 			return fmt.Errorf("%w: WithMaxLease(%v): want [1s, 2^31ms)", ErrInvalidOption, d)
 		}
 		c.maxLease = d
+		return nil
+	}
+}
+
+// MaxMaxLockDelay bounds [WithMaxLockDelay]: a day is far past any use.
+const MaxMaxLockDelay = 24 * time.Hour
+
+// WithMaxLockDelay sets the longest lock-delay an Acquire may ask for
+// (driver.AcquireRequest.LockDelay; default 0, which refuses every
+// positive delay with an error wrapping driver.ErrLockDelay). It also
+// lengthens the quarantine after a loss of the namespace's records to
+// MaxLease + d, since the delays are lost with the leases. Use the same d
+// in every process of a namespace, as for [WithMaxLease].
+//
+// A term granted with a delay creates a persistent marker node
+// <root>/@delay/<name> in its granting multi; a release or Close deletes
+// it in the multi that deletes the lease node. A candidate that finds the
+// lease node gone but the marker there knows the term ended without a
+// release: it marks the marker seen (a write: its mtime is the ZooKeeper
+// leader's time of finding the end), and the name is refused until a
+// later write's time (the candidate's own lease node's ctime) shows the
+// delay has passed since; never a candidate's clock
+// (docs/adr/0257-zk-lock-delay.md).
+func WithMaxLockDelay(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 || d > MaxMaxLockDelay {
+			return fmt.Errorf("%w: WithMaxLockDelay(%v): want [0, %v]", ErrInvalidOption, d, MaxMaxLockDelay)
+		}
+		c.maxLockDelay = d
 		return nil
 	}
 }

@@ -49,8 +49,9 @@ type zsession struct {
 
 	mu        sync.Mutex
 	owned     map[string]uint64          // lease name → token (epoch.token of its node)
+	marked    map[string]struct{}        // owned names whose term has a lock-delay marker
 	version   uint64                     // version of owned; bumped on every change
-	armed     map[string]struct{}        // names with an exists watch armed on the server
+	armed     map[string]bool            // names with an exists watch armed on the server → the node is not a lease (persistent)
 	uncertain map[string]struct{}        // names whose create or own-watch failed without a known outcome
 	lastRenew time.Time                  // when the last successful renewal (or Open) was called
 	watchdog  atomic.Pointer[time.Timer] // fires timeout after lastRenew: fireWatchdog
@@ -68,12 +69,21 @@ func (b *Backend) dialSession(ctx context.Context, lease time.Duration, owner dr
 		ready:     make(chan struct{}),
 		gone:      make(chan struct{}),
 		owned:     make(map[string]uint64),
+		marked:    make(map[string]struct{}),
 		version:   1,
-		armed:     make(map[string]struct{}),
+		armed:     make(map[string]bool),
 		uncertain: make(map[string]struct{}),
 	}
+	stall := &stallPolicy{timeout: func() time.Duration {
+		if t := s.timeout(); t > 0 {
+			return t
+		}
+		return lease // until the first connect response
+	}}
+	hosts := newHosts()
 	conn, _, err := zk.Connect(b.servers, lease,
-		zk.WithDialer(dialer(b.cfg.dial, s.isGone, s.onConnect)),
+		zk.WithHostProvider(hosts),
+		zk.WithDialer(dialer(stallDialer(b.cfg.dial, hosts, stall, s.log), s.isGone, s.onConnect)),
 		// The event channel drops events when full; the callback does not.
 		zk.WithEventCallback(s.onEvent),
 		zk.WithLogger(zkLogger{s.log}),
@@ -115,7 +125,7 @@ func (b *Backend) dialSession(ctx context.Context, lease time.Duration, owner dr
 	// Reading the root's epoch record also checks the credentials: ones
 	// that cannot read the root would fail every renewal with "not
 	// authenticated", which looks transient; say it now, for good.
-	ep, err := b.loadEpoch(ctx, conn, b.cfg.maxLease)
+	ep, err := b.loadEpoch(ctx, conn, b.quarantine())
 	if err != nil {
 		err = s.classify(err) // before closing: a closed session classifies as closed
 		s.closeAsync()
@@ -190,6 +200,7 @@ func (s *zsession) onEvent(ev zk.Event) {
 		tok, own := s.owned[name]
 		if own && ev.Type == zk.EventNodeDeleted {
 			delete(s.owned, name)
+			delete(s.marked, name)
 			s.version++
 		}
 		s.mu.Unlock()
@@ -227,6 +238,7 @@ func (s *zsession) markExpired(why string) {
 	s.goneMu.Do(func() { close(s.gone) })
 	s.stopWatchdog()
 	s.b.forget(s)
+	s.b.orphaned(s)
 	if c := s.conn.Load(); c != nil {
 		// Close from another goroutine: this may run on go-zookeeper's
 		// own loop, which Close waits for. After Shutdown, Shutdown has
@@ -468,14 +480,15 @@ func (s *zsession) resolve(ctx context.Context) error {
 		ours := r.ok && r.st.EphemeralOwner == sid
 		var got uint64
 		if ours {
-			// Created by a create whose reply was lost: a lease only if it
-			// would have been granted (past the quarantine, a sound token).
-			if got, _, _ = s.grant(r.st); got == 0 {
-				if err := s.drop(ctx, name, r.st); err != nil {
-					return err
-				}
-				ours = false
+			// Created by a create whose reply was lost, or a lock-delay
+			// probe whose delete failed: a lease only if a grant made it
+			// and it would have been granted (past the quarantine, a
+			// sound token).
+			a, err := s.foundOwn(ctx, name, r.st)
+			if err != nil {
+				return err
 			}
+			got, ours = a.tok, a.tok != 0
 		}
 		s.mu.Lock()
 		delete(s.uncertain, name)
@@ -488,6 +501,7 @@ func (s *zsession) resolve(ctx context.Context) error {
 			}
 		case own:
 			delete(s.owned, name)
+			delete(s.marked, name)
 			s.version++
 		}
 		s.mu.Unlock()
@@ -537,10 +551,20 @@ func (s *zsession) quarantineLeft() time.Duration {
 // drop deletes the session's own lease node that is not to be a term (made
 // inside the quarantine, or with a token that fails its checks). The data
 // version is the one the acquiring multi's setData left (1), so a node
-// made by anyone since is left alone.
-func (s *zsession) drop(ctx context.Context, name string, st *zk.Stat) error {
+// made by anyone since is left alone. marked: the acquiring multi created
+// the name's lock-delay marker too, which goes with the node (a node never
+// a term leaves no delay).
+func (s *zsession) drop(ctx context.Context, name string, st *zk.Stat, marked bool) error {
 	conn := s.conn.Load()
 	_, err := call(ctx, s.b, func() (struct{}, error) {
+		if marked {
+			_, err := conn.Multi(
+				&zk.DeleteRequest{Path: s.b.root + "/" + name, Version: st.Version},
+				&zk.DeleteRequest{Path: s.b.markerPath(name), Version: 0})
+			if err == nil {
+				return struct{}{}, nil
+			}
+		}
 		return struct{}{}, conn.Delete(s.b.root+"/"+name, st.Version)
 	})
 	if err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
@@ -569,12 +593,40 @@ type acquired struct {
 	tok        uint64
 	quarantine time.Duration
 	err        error
+	// fresh: tok comes from a create this call sent (not from a node found
+	// the session's, which an earlier call may have created before replies
+	// this call's token floor includes).
+	fresh bool
+}
+
+// made makes a node of ours a term, or deletes it. marked: the multi that
+// made it also created the name's lock-delay marker.
+func (s *zsession) made(ctx context.Context, name string, st *zk.Stat, marked bool) (acquired, error) {
+	tok, q, err := s.grant(st)
+	if tok == 0 {
+		if derr := s.drop(ctx, name, st, marked); derr != nil {
+			return acquired{}, derr
+		}
+		return acquired{quarantine: q, err: err}, nil
+	}
+	s.mu.Lock()
+	s.owned[name] = tok
+	if marked {
+		s.marked[name] = struct{}{}
+	}
+	s.version++
+	delete(s.uncertain, name)
+	s.mu.Unlock()
+	return acquired{tok: tok}, nil
 }
 
 // acquire tries one name: see Backend.Acquire and
 // docs/adr/0041-zk-leases.md. The multi checks the session's epoch node
-// first, so no node is created once the namespace lost its records.
-func (s *zsession) acquire(ctx context.Context, name string) (acquired, error) {
+// first, so no node is created once the namespace lost its records, and
+// requires the name's lock-delay marker absent (creating it for a delay,
+// or creating and deleting it for none); a marker found without the lease
+// node is a term ended without a release (afterEnd).
+func (s *zsession) acquire(ctx context.Context, name string, delay time.Duration) (acquired, error) {
 	path := s.b.root + "/" + name
 	s.mu.Lock()
 	tok, own := s.owned[name]
@@ -588,65 +640,74 @@ func (s *zsession) acquire(ctx context.Context, name string) (acquired, error) {
 	}
 	conn, sid, acl := s.conn.Load(), s.sid.Load(), s.b.cfg.acl
 	data := s.data
-	// made makes a node of ours a term, or deletes it.
-	made := func(st *zk.Stat) (acquired, error) {
-		tok, q, err := s.grant(st)
-		if tok == 0 {
-			if derr := s.drop(ctx, name, st); derr != nil {
-				return acquired{}, derr
-			}
-			return acquired{quarantine: q, err: err}, nil
-		}
-		s.mu.Lock()
-		s.owned[name] = tok
-		s.version++
-		delete(s.uncertain, name)
-		s.mu.Unlock()
-		return acquired{tok: tok}, nil
+	mpath := s.b.markerPath(name)
+	// check epoch + create + marker + setData in one multi: the setData's
+	// reply carries the new node's Stat (czxid, ctime, ephemeralOwner) in
+	// the same round trip.
+	ops := []any{
+		&zk.CheckVersionRequest{Path: s.ep.path, Version: -1},
+		&zk.CreateRequest{Path: path, Data: data, Acl: acl, Flags: zk.FlagEphemeral},
 	}
+	if delay > 0 {
+		ops = append(ops, &zk.CreateRequest{Path: mpath, Data: markerData(delay, s.id), Acl: acl})
+	} else {
+		// No delay of its own: only the check that no earlier term's
+		// marker stands (created and deleted: absent before and after).
+		ops = append(ops, &zk.CreateRequest{Path: mpath, Acl: acl}, &zk.DeleteRequest{Path: mpath, Version: 0})
+	}
+	ops = append(ops, &zk.SetDataRequest{Path: path, Data: data, Version: 0})
+	const markerOp = 2
 	churn, lost := 0, 0
 	for churn < 3 {
-		// check epoch + create + setData in one multi: the setData's reply
-		// carries the new node's Stat (czxid, ctime, ephemeralOwner) in the
-		// same round trip.
-		st, err := call(ctx, s.b, func() (*zk.Stat, error) {
-			res, err := conn.Multi(
-				&zk.CheckVersionRequest{Path: s.ep.path, Version: -1},
-				&zk.CreateRequest{Path: path, Data: data, Acl: acl, Flags: zk.FlagEphemeral},
-				&zk.SetDataRequest{Path: path, Data: data, Version: 0})
-			if err != nil {
-				return nil, err
+		res, err := s.runMulti(ctx, ops...)
+		var st *zk.Stat
+		if err == nil {
+			if st = res[len(res)-1].Stat; st == nil {
+				return acquired{}, fmt.Errorf("create %s: multi answered without a stat", path)
 			}
-			for _, r := range res {
-				if r.Error != nil {
-					return nil, r.Error
-				}
-			}
-			if len(res) != 3 || res[2].Stat == nil {
-				return nil, fmt.Errorf("create %s: multi answered %d results without a stat", path, len(res))
-			}
-			return res[2].Stat, nil
-		})
+		}
 		switch {
+		case failedOp(err) == markerOp && errors.Is(err, zk.ErrNodeExists):
+			// The lease node is absent, the marker of a term with a delay
+			// stands: that term ended without a release.
+			a, again, err := s.afterEnd(ctx, name, delay, false)
+			if err != nil || !again {
+				return a, err
+			}
+			churn++
+			continue
+		case failedOp(err) == markerOp && errors.Is(err, zk.ErrNoNode):
+			// No marker directory yet (a namespace from before lock-delays).
+			if err := s.ensureDelayDir(ctx); err != nil {
+				return acquired{}, err
+			}
+			churn++
+			continue
 		case err == nil:
 			if st.EphemeralOwner != sid || st.Czxid <= 0 {
 				// The node we just created must be ours; if not, do not
 				// make it a term.
 				return acquired{}, fmt.Errorf("create %s: node owned by %#x with czxid %d, not by this session", path, st.EphemeralOwner, st.Czxid)
 			}
-			a, err := made(st)
+			a, err := s.made(ctx, name, st, delay > 0)
 			if a.tok != 0 {
 				s.watchOwn(name, a.tok)
 			}
+			a.fresh = true
 			return a, err
 		case errors.Is(err, zk.ErrNodeExists):
 			s.mu.Lock()
-			_, armed := s.armed[name]
-			s.armed[name] = struct{}{} // before the request: the event may beat our reading of the reply
-			s.mu.Unlock()
+			foreign, armed := s.armed[name]
 			if armed && !unsure {
+				s.mu.Unlock()
+				// The watch says the node is still the one read last time.
+				if foreign {
+					return acquired{err: notALease(path)}, nil
+				}
 				return acquired{}, nil
 			}
+			s.armed[name] = false // before the request: the event may beat our reading of the reply
+			s.mu.Unlock()
 			type res struct {
 				ok bool
 				st *zk.Stat
@@ -673,8 +734,20 @@ func (s *zsession) acquire(ctx context.Context, name string) (acquired, error) {
 				continue // deleted in between: try to create again
 			}
 			if r.st.EphemeralOwner == sid {
-				// Ours from a create whose reply was lost.
-				return made(r.st)
+				// Ours from a create whose reply was lost: a grant's, or a
+				// lock-delay probe's (foundOwn tells).
+				return s.foundOwn(ctx, name, r.st)
+			}
+			if r.st.EphemeralOwner == 0 {
+				// A lease node is ephemeral: this one is another
+				// namespace's root or parent, or an application's node.
+				// Never "held by someone": that would read as held forever.
+				s.mu.Lock()
+				if _, ok := s.armed[name]; ok {
+					s.armed[name] = true
+				}
+				s.mu.Unlock()
+				return acquired{err: notALease(path)}, nil
 			}
 			return acquired{}, nil
 		case errors.Is(err, zk.ErrNoNode):
@@ -718,6 +791,7 @@ func (s *zsession) watchOwn(name string, tok uint64) {
 		}
 		if (!ok || st.EphemeralOwner != sid || s.ep.of(st.Czxid) != tok) && s.owned[name] == tok {
 			delete(s.owned, name)
+			delete(s.marked, name)
 			s.version++
 		}
 	})
@@ -728,10 +802,12 @@ func (s *zsession) release(ctx context.Context, l driver.Lease) error {
 	path := s.b.root + "/" + l.Name
 	s.mu.Lock()
 	tok, own := s.owned[l.Name]
+	_, marked := s.marked[l.Name]
 	s.mu.Unlock()
 	if own && tok != l.Token {
 		return nil // a stale release: the session owns a later term
 	}
+	mpath := s.b.markerPath(l.Name)
 	conn, sid := s.conn.Load(), s.sid.Load()
 	// blind: the node is in the owned set, which the watch on it keeps
 	// current, so it is this term's node. Otherwise (a lost acquisition
@@ -742,10 +818,29 @@ func (s *zsession) release(ctx context.Context, l driver.Lease) error {
 	for attempt := 0; ; attempt++ {
 		_, err := call(ctx, s.b, func() (struct{}, error) {
 			if !blind {
+				// The first delete may have landed and someone else may
+				// have created the node since, while this connection's
+				// server lags: a read without sync would show this
+				// session's old node and the delete below would remove the
+				// new holder's. After sync the server has applied both.
+				if _, err := conn.Sync(path); err != nil {
+					return struct{}{}, err
+				}
 				ok, st, err := conn.Exists(path)
 				if err != nil || !ok || st.EphemeralOwner != sid || s.ep.of(st.Czxid) != l.Token {
 					return struct{}{}, err
 				}
+			}
+			if marked {
+				// The marker goes with the node: while the session's node
+				// stands, the name's marker is its term's (a grant requires
+				// none; only a candidate that finds the node gone touches
+				// one), and a release skips the delay.
+				_, err := conn.Multi(&zk.DeleteRequest{Path: path, Version: -1}, &zk.DeleteRequest{Path: mpath, Version: -1})
+				if !errors.Is(err, zk.ErrNoNode) {
+					return struct{}{}, err
+				}
+				// The node or the marker is gone: the node alone.
 			}
 			return struct{}{}, conn.Delete(path, -1)
 		})
@@ -768,6 +863,7 @@ func (s *zsession) release(ctx context.Context, l driver.Lease) error {
 	s.mu.Lock()
 	if t, ok := s.owned[l.Name]; ok && t == l.Token {
 		delete(s.owned, l.Name)
+		delete(s.marked, l.Name)
 		s.version++
 	}
 	delete(s.uncertain, l.Name)

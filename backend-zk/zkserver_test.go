@@ -139,6 +139,41 @@ func (s *zkServer) kill() {
 func (s *zkServer) pause()  { must(s.t, s.cmd.Process.Signal(syscall.SIGSTOP)) }
 func (s *zkServer) resume() { must(s.t, s.cmd.Process.Signal(syscall.SIGCONT)) }
 
+// running reports whether the server process has not exited.
+func (s *zkServer) running() bool {
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// heal brings a shared ensemble back after a test's faults: every server
+// resumed or restarted, serving, with one leader.
+func heal(t testing.TB, zks []*zkServer) {
+	t.Helper()
+	for _, z := range zks {
+		if z.running() {
+			_ = z.cmd.Process.Signal(syscall.SIGCONT)
+		} else {
+			z.restart()
+		}
+	}
+	waitUntil(t, 60*time.Second, "the ensemble healed (one leader, the others following)", func() bool {
+		leaders, followers := 0, 0
+		for _, z := range zks {
+			switch z.mode() {
+			case "leader":
+				leaders++
+			case "follower":
+				followers++
+			}
+		}
+		return leaders == 1 && leaders+followers == len(zks)
+	})
+}
+
 // fourLetter sends a ZooKeeper four-letter command and returns the answer.
 func fourLetter(addr, cmd string) (string, error) {
 	c, err := net.DialTimeout("tcp", addr, time.Second)

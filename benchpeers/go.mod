@@ -3,6 +3,7 @@ module github.com/simba-go/simba/benchpeers
 go 1.25.0
 
 replace (
+	github.com/simba-go/simba/backend-etcd => ../backend-etcd
 	github.com/simba-go/simba/backend-redis => ../backend-redis
 	github.com/simba-go/simba/backend-sql => ../backend-sql
 	github.com/simba-go/simba/backend-zk => ../backend-zk
@@ -20,12 +21,14 @@ require (
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.22.0
+	github.com/simba-go/simba/backend-etcd v0.1.0
 	github.com/simba-go/simba/backend-redis v0.1.0
 	github.com/simba-go/simba/backend-sql v0.1.0
 	github.com/simba-go/simba/backend-zk v0.1.0
 	github.com/simba-go/simba/deadline v0.1.0
 	github.com/simba-go/simba/lock v0.1.0
 	github.com/simba-go/simba/session v0.1.0
+	go.etcd.io/etcd/api/v3 v3.5.29
 	go.etcd.io/etcd/client/v3 v3.5.29
 	go.uber.org/zap v1.17.0
 )
@@ -35,7 +38,6 @@ require (
 	github.com/coreos/go-systemd/v22 v22.3.2 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
-	go.etcd.io/etcd/api/v3 v3.5.29 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.5.29 // indirect
 	go.uber.org/multierr v1.6.0 // indirect
 	golang.org/x/net v0.51.0 // indirect
@@ -51,7 +53,6 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/simba-go/simba/election v0.1.0 // indirect
 	github.com/simba-go/simba/internal v0.1.0 // indirect
 	github.com/simba-go/simba/term v0.1.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect

@@ -2,17 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log"
 	"math/rand/v2"
 	"os"
-	"runtime"
-	"runtime/pprof"
-	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -29,11 +23,20 @@ type backend struct {
 	pairs     []pairCase
 	handovers []handoverCase
 	notes     []string
+	probe     *serverProbe // the server's own accounting (private servers only)
 	close     func()
 }
 
-// setup opens the clients of one backend.
-type setup func(ctx context.Context, ns string) (*backend, error)
+// setup opens the clients of one backend on the servers of t.
+type setup func(ctx context.Context, ns string, t targets) (*backend, error)
+
+// probeIf is the probe when t's servers are this run's private ones.
+func probeIf(t targets, p func() *serverProbe) *serverProbe {
+	if t.private == nil {
+		return nil
+	}
+	return p()
+}
 
 var setups = map[string]setup{
 	"redis":    redisSetup,
@@ -51,116 +54,6 @@ func main() {
 	if err := run(os.Stdout, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "benchpeers:", err)
 		os.Exit(1)
-	}
-}
-
-func run(w io.Writer, args []string) error {
-	fs := flag.NewFlagSet("benchpeers", flag.ContinueOnError)
-	which := fs.String("backends", "redis,postgres,mariadb,zk,etcd", "backends to measure, comma-separated")
-	rounds := fs.Int("rounds", 40, "shuffled rounds of acquire + release")
-	batch := fs.Int("batch", 25, "acquire + release operations per case per round")
-	hrounds := fs.Int("handover-rounds", 12, "shuffled rounds of handovers (one per case and lead time each)")
-	only := fs.String("cases", "", "run only the cases whose name contains this (and raw)")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	memprofile := fs.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file")
-	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed of the shuffles")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	if *memprofile != "" {
-		runtime.MemProfileRate = 1
-		defer func() {
-			if f, err := os.Create(*memprofile); err == nil {
-				_ = pprof.Lookup("allocs").WriteTo(f, 0)
-				_ = f.Close()
-			}
-		}()
-	}
-	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(*seed, 0))
-	ns := fmt.Sprintf("bp%d", os.Getpid())
-	fmt.Fprintf(w, "`benchpeers -backends %s -rounds %d -batch %d -handover-rounds %d -seed %d`, %s, GOMAXPROCS %d, %s.\n",
-		*which, *rounds, *batch, *hrounds, *seed, runtime.Version(), runtime.GOMAXPROCS(0), time.Now().UTC().Format("2006-01-02 15:04 MST"))
-	for _, name := range strings.Split(*which, ",") {
-		st, ok := setups[name]
-		if !ok {
-			return fmt.Errorf("unknown backend %q (want redis, postgres, mariadb, zk, etcd)", name)
-		}
-		b, err := st(ctx, ns)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		pairs := slices.DeleteFunc(b.pairs, func(c pairCase) bool { return c.name != "raw" && !strings.Contains(c.name, *only) })
-		handovers := slices.DeleteFunc(b.handovers, func(c handoverCase) bool { return !strings.Contains(c.name, *only) })
-		pr := runPairs(ctx, rng, pairs, *rounds, *batch)
-		hr := runHandovers(ctx, rng, handovers, leads, *hrounds)
-		b.close()
-		report(w, b, pr, hr)
-	}
-	return nil
-}
-
-// leads are how long B waits before A releases: long enough that B is
-// parked however it waits (watch, subscription, poll), and 5 ms, when B
-// has only just asked.
-var leads = []time.Duration{longLead, 5 * time.Millisecond}
-
-const longLead = 100 * time.Millisecond
-
-func report(w io.Writer, b *backend, pr []*pairResult, hr []*handoverResult) {
-	fmt.Fprintf(w, "\n#### %s\n\nUncontended acquire + release (raw pair: %s), p50 ratio to the raw pair; process CPU and heap allocations per operation.\n\n", b.title, b.raw)
-	fmt.Fprintln(w, "| case | p50 µs | p90 µs | p50 ratio | CPU µs/op | CPU ratio | allocs/op | B/op |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
-	var rawP50, rawCPU float64
-	for _, r := range pr {
-		if r.failure != nil {
-			fmt.Fprintf(w, "| %s | failed: %v |||||||\n", r.name, r.failure)
-			continue
-		}
-		p50, p90 := quantile(r.lat, 0.5), quantile(r.lat, 0.9)
-		cpu := float64(r.cpu) / float64(r.ops)
-		if r.name == "raw" {
-			rawP50, rawCPU = float64(p50), cpu
-		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %.1f | %s | %d | %d |\n", r.name, micros(p50), micros(p90),
-			ratio(float64(p50), rawP50), cpu/1e3, ratio(cpu, rawCPU), r.allocs/uint64(r.ops), r.bytes/uint64(r.ops))
-	}
-	if len(hr) > 0 {
-		fmt.Fprintf(w, "\nHandover: A releases, B holds; from the start of A's release until B's acquire returns. B waited %v to %v, or queued %v before.\n\n", leads[0], 2*leads[0], leads[1])
-		fmt.Fprintf(w, "| case | waited ≥ %v: p50 ms | p90 ms | queued %v before: p50 ms | p90 ms | samples |\n", leads[0], leads[1])
-		fmt.Fprintln(w, "|---|---|---|---|---|---|")
-		for i := 0; i+1 < len(hr); i += 2 {
-			a, q := hr[i], hr[i+1]
-			if err := errors.Join(a.failure, q.failure); err != nil {
-				fmt.Fprintf(w, "| %s | failed: %v |||||\n", a.name, err)
-				continue
-			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %d |\n", a.name, millis(quantile(a.lat, 0.5)), millis(quantile(a.lat, 0.9)),
-				millis(quantile(q.lat, 0.5)), millis(quantile(q.lat, 0.9)), len(a.lat))
-		}
-	}
-	for i := 0; i+1 < len(hr); i += 2 {
-		sp := b.handovers[i/2].split
-		if sp == nil || len(sp.toNotice[leads[0]]) == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "\n%s, split where B's session received the release notice (`Session.WatchNotices`): B waited: release → notice p50 %s ms, notice → B holds p50 %s ms; B queued 5 ms before: %s ms and %s ms.\n",
-			hr[i].name, millis(quantile(sp.toNotice[leads[0]], 0.5)), millis(quantile(sp.afterNotice[leads[0]], 0.5)),
-			millis(quantile(sp.toNotice[leads[1]], 0.5)), millis(quantile(sp.afterNotice[leads[1]], 0.5)))
-	}
-	for _, n := range b.notes {
-		fmt.Fprintf(w, "\n%s\n", n)
 	}
 }
 
@@ -345,8 +238,7 @@ func handover(ctx context.Context, lead time.Duration, release func() error, acq
 }
 
 // need returns an environment variable, or an error naming it.
-func need(name string) (string, error) {
-	v := os.Getenv(name)
+func need(name, v string) (string, error) {
 	if v == "" {
 		return "", fmt.Errorf("%s is not set: run ./scripts/services.sh start and source .services/env", name)
 	}

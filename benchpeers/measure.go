@@ -60,9 +60,25 @@ func usage() (cpu time.Duration, allocs, bytes uint64) {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ms.Mallocs, ms.TotalAlloc
 }
 
+// opTimeout is the deadline of the fresh context every operation gets, as
+// a caller on a hot path writes it: the context's timer and its
+// cancellation are part of what every case costs.
+const opTimeout = 5 * time.Second
+
+// once runs one operation of c on a fresh deadline context.
+func once(ctx context.Context, c pairCase) error {
+	octx, cancel := context.WithTimeout(ctx, opTimeout)
+	err := c.op(octx)
+	cancel()
+	return err
+}
+
 // runPairs runs rounds rounds; in each, every case runs batch operations,
-// the cases in a fresh random order. A case that fails stops being run
-// and reports its error.
+// the cases in a fresh random order (batch 1: every operation has a
+// different case before it, so none is measured on a server still busy
+// with its own previous operation, nor on one idle since then). Each
+// operation gets a fresh context.WithTimeout, created inside the timed
+// span. A case that fails stops being run and reports its error.
 func runPairs(ctx context.Context, rng *rand.Rand, cases []pairCase, rounds, batch int) []*pairResult {
 	res := make([]*pairResult, len(cases))
 	for i, c := range cases {
@@ -82,7 +98,7 @@ func runPairs(ctx context.Context, rng *rand.Rand, cases []pairCase, rounds, bat
 			cpu0, a0, b0 := usage()
 			for range batch {
 				start := time.Now()
-				if err := c.op(ctx); err != nil {
+				if err := once(ctx, c); err != nil {
 					r.failure = err
 					break
 				}
@@ -93,6 +109,75 @@ func runPairs(ctx context.Context, rng *rand.Rand, cases []pairCase, rounds, bat
 			r.allocs += a1 - a0
 			r.bytes += b1 - b0
 			r.ops += batch
+		}
+	}
+	return res
+}
+
+// blockResult is what a case measured alone, in blocks of n operations
+// one after the other: the throughput view, where what an operation
+// leaves for the server to finish (an unflushed commit, a notice) is paid
+// by the next operation of the same case.
+type blockResult struct {
+	name    string
+	means   []time.Duration // mean time per operation of each block
+	ops     int
+	wall    time.Duration
+	cpu     time.Duration
+	allocs  uint64
+	bytes   uint64
+	failure error
+}
+
+func (r *blockResult) mean() time.Duration {
+	if r.ops == 0 {
+		return 0
+	}
+	return r.wall / time.Duration(r.ops)
+}
+
+// runBlocks runs reps repetitions; in each, every case runs n operations
+// alone (a fresh deadline context each), the cases in a fresh random
+// order. The client's CPU and allocations per operation are taken over
+// the blocks: no other case's garbage or goroutines are in them.
+func runBlocks(ctx context.Context, rng *rand.Rand, cases []pairCase, reps, n int) []*blockResult {
+	res := make([]*blockResult, len(cases))
+	for i, c := range cases {
+		res[i] = &blockResult{name: c.name}
+	}
+	order := make([]int, len(cases))
+	for i := range order {
+		order[i] = i
+	}
+	for range reps {
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, i := range order {
+			c, r := cases[i], res[i]
+			if r.failure != nil {
+				continue
+			}
+			runtime.GC() // the previous case's garbage is not this one's
+			cpu0, a0, b0 := usage()
+			start := time.Now()
+			done := 0
+			for range n {
+				if err := once(ctx, c); err != nil {
+					r.failure = err
+					break
+				}
+				done++
+			}
+			wall := time.Since(start)
+			cpu1, a1, b1 := usage()
+			if done == 0 {
+				continue
+			}
+			r.means = append(r.means, wall/time.Duration(done))
+			r.wall += wall
+			r.cpu += cpu1 - cpu0
+			r.allocs += a1 - a0
+			r.bytes += b1 - b0
+			r.ops += done
 		}
 	}
 	return res

@@ -16,8 +16,8 @@ import (
 
 const ttl = 15 * time.Second // the default lease duration of Simba, for every library
 
-func redisSetup(ctx context.Context, ns string) (*backend, error) {
-	addr, err := need("SIMBA_REDIS_ADDR")
+func redisSetup(ctx context.Context, ns string, t targets) (*backend, error) {
+	addr, err := need("SIMBA_REDIS_ADDR", t.redis)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +35,14 @@ func redisSetup(ctx context.Context, ns string) (*backend, error) {
 	}
 	// A fresh namespace: create it, or the first acquire waits out the
 	// quarantine of a lost one (ADR 0130).
-	if err := b.Init(ctx); err != nil {
+	// A private server is seconds old and Init refuses it (a restart that
+	// lost records looks the same); this run started it empty, so the
+	// force is true.
+	initNS := b.Init
+	if t.private != nil {
+		initNS = b.ForceInit
+	}
+	if err := initNS(ctx); err != nil {
 		cl.run()
 		return nil, err
 	}
@@ -116,6 +123,7 @@ func redisSetup(ctx context.Context, ns string) (*backend, error) {
 			{name: "redsync Lock (default retry: 32 tries, 50–250 ms apart)", run: redsyncHandover},
 			{name: "bsm/redislock Obtain (LinearBackoff 100 ms, its README's)", run: redislockHandover},
 		},
+		probe: probeIf(t, func() *serverProbe { return redisProbe(rdb, addr) }),
 		notes: []string{"go-redis v9 client, one per process, shared by every case; every library's TTL is 15 s (Simba's default lease)."},
 		close: cl.run,
 	}, nil

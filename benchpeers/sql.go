@@ -16,8 +16,8 @@ import (
 
 const rawTable = " (name VARCHAR(200) PRIMARY KEY, session_id VARCHAR(64) NOT NULL, token BIGINT NOT NULL)"
 
-func postgresSetup(ctx context.Context, ns string) (*backend, error) {
-	url, err := need("SIMBA_POSTGRES_URL")
+func postgresSetup(ctx context.Context, ns string, t targets) (*backend, error) {
+	url, err := need("SIMBA_POSTGRES_URL", t.postgres)
 	if err != nil {
 		return nil, err
 	}
@@ -63,13 +63,14 @@ func postgresSetup(ctx context.Context, ns string) (*backend, error) {
 		raw:       "single-row upsert + delete, autocommit",
 		pairs:     append([]pairCase{{"raw", raw}}, simba...),
 		handovers: []handoverCase{simbaH, rawH},
+		probe:     probeIf(t, func() *serverProbe { return pgProbe(pool) }),
 		notes:     []string{"pgx v5 pool shared by every case. The raw handover is the floor of Simba's design without the engine, the routines or the session checks: A's UPDATE and pg_notify in one transaction committed without waiting for the WAL flush, B's conditional UPDATE, committed with its flush, sent when its LISTEN connection (its own, not the pool's) delivers the notification. cirello.io/pglock, the peer of the issue, is not served by the module proxy this machine reaches (403), so it is not measured here; issue 11 measured it at 1.30× the raw pair."},
 		close:     cl.run,
 	}, nil
 }
 
-func mariadbSetup(ctx context.Context, ns string) (*backend, error) {
-	dsn, err := need("SIMBA_MYSQL_DSN")
+func mariadbSetup(ctx context.Context, ns string, t targets) (*backend, error) {
+	dsn, err := need("SIMBA_MYSQL_DSN", t.mysql)
 	if err != nil {
 		return nil, err
 	}
@@ -144,6 +145,7 @@ func mariadbSetup(ctx context.Context, ns string) (*backend, error) {
 		raw:       "single-row upsert + delete, prepared, autocommit",
 		pairs:     append([]pairCase{{"raw", raw}}, append(simba, np)...),
 		handovers: []handoverCase{simbaH, nh},
+		probe:     probeIf(t, func() *serverProbe { return mariadbProbe(db) }),
 		notes:     []string{"go-sql-driver/mysql, one database/sql pool shared by every case; no Go peer library locks on MariaDB with leases. The handover sessions use a 2 s lease. A `mysqlsimba.Backend`'s B polls on its candidate tick (no release notice); a `mysqlsimba.Notifier`'s B waits in `GET_LOCK` on the name's wake-up hint, which A's Notifier holds from its grant until its release has committed (ADR 0145)."},
 		close:     cl.run,
 	}, nil

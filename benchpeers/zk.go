@@ -29,8 +29,8 @@ func zkConn(servers []string) (*zk.Conn, error) {
 	return conn, nil
 }
 
-func zkSetup(ctx context.Context, ns string) (*backend, error) {
-	env, err := need("SIMBA_ZK_SERVERS")
+func zkSetup(ctx context.Context, ns string, t targets) (*backend, error) {
+	env, err := need("SIMBA_ZK_SERVERS", t.zk)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +55,8 @@ func zkSetup(ctx context.Context, ns string) (*backend, error) {
 	}
 	cl.add(func() { _ = b.Shutdown(context.Background()) })
 	// A fresh namespace: without Init its first use waits one MaxLease.
-	if err := b.Init(ctx); err != nil {
+	// ForceInit: Init refuses on servers younger than MaxLease (ADR 0179).
+	if err := b.ForceInit(ctx); err != nil {
 		cl.run()
 		return nil, err
 	}

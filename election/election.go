@@ -22,8 +22,9 @@ var (
 	ErrAlreadyStarted = session.ErrAlreadyStarted
 	// ErrWouldBlockSelf: Stop, StepDown or Close was called from one of
 	// the election's own callbacks or tasks (recognised by the term's
-	// context, or for Close by the goroutine), or from a callback running
-	// on the session's delivery loop (a Direct executor); the handover was
+	// context, or for Close by the goroutine), or from code running on the
+	// session's delivery loop (a Direct executor's callback, one any
+	// executor runs inline, a session Listener; ADR 0183); the handover was
 	// started but not waited for, since it waits for that very callback or
 	// task. From another election's callback on a goroutine executor it
 	// waits: that handover does not depend on the caller (ADR 0070).
@@ -31,6 +32,9 @@ var (
 	// ErrStopped: StepDown was called on an election that is stopped or
 	// being stopped.
 	ErrStopped = errors.New("simba: election stopped")
+	// ErrInvalidOption: Start was given an option it cannot run with (a nil
+	// task, a schedule without a positive interval); the error says which.
+	ErrInvalidOption = errors.New("simba: invalid election option")
 )
 
 // Status is an election's state, as Snapshot reports it.
@@ -92,6 +96,10 @@ type Election struct {
 	onAttempt func(error)
 	onWon     func(*term.Term)
 	closed    bool // the session told the election it closed
+	lockDelay time.Duration
+	// delayErr is why the backend refused the election's lock-delay: the
+	// election stopped (WithLockDelay).
+	delayErr error
 }
 
 // termState tracks one term's callbacks: if the executor refused its
@@ -112,8 +120,9 @@ type handover struct {
 
 // Start starts an election for name on s: it becomes a CANDIDATE and
 // attempts at once. It fails with ErrAlreadyStarted if name is already
-// started on s, and with an error wrapping deadline.ErrInvalidName for an
-// invalid name.
+// started on s, with an error wrapping deadline.ErrInvalidName for an
+// invalid name, and with one wrapping ErrInvalidOption for an option it
+// cannot run with (RunWhileLeader(nil)).
 func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 	if s == nil {
 		return nil, errors.New("simba: start election: nil Session")
@@ -124,7 +133,14 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 	}
 	o := options{exec: Goroutines{}, kind: "election"}
 	for _, opt := range opts {
+		if opt == nil {
+			o.invalid("a nil Option")
+			continue
+		}
 		opt(&o)
+	}
+	if o.err != nil {
+		return nil, fmt.Errorf("simba: start election %q: %w", name, o.err)
 	}
 	quiet := o.listener == nil // no user code in callbacks: they need no marks
 	if o.listener == nil {
@@ -142,6 +158,7 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 		onRefuse:  o.onRefuse,
 		onAttempt: o.onAttempt,
 		onWon:     o.onWon,
+		lockDelay: o.lockDelay,
 	}
 	e.spawn = e.goTask
 	c, err := eng.Claim(name, handler{e})
@@ -158,13 +175,18 @@ func Start(s *session.Session, name string, opts ...Option) (*Election, error) {
 		e.status = Candidate
 		c.Want(true)
 	}
+	var delayErr error
 	if o.waitCtx != nil {
 		eng.DoWait(o.waitCtx, start)
+		eng.Do(func() { delayErr = e.delayErr })
 	} else {
 		eng.Do(start)
 	}
 	if closed {
 		return nil, fmt.Errorf("simba: start election %q: %w", name, session.ErrClosed)
+	}
+	if delayErr != nil {
+		return nil, fmt.Errorf("simba: start election %q: %w", name, delayErr)
 	}
 	return e, nil
 }
@@ -203,12 +225,22 @@ func (h handler) Won(t *term.Term)                            { h.e.won(t) }
 func (h handler) Lost(t *term.Term, reason term.RevokeReason) { h.e.lost(t, reason) }
 func (h handler) Closed()                                     { h.e.sessionClosed() }
 func (h handler) Refused(err error)                           { h.e.attemptRefused(err) }
+func (h handler) LockDelay() time.Duration                    { return h.e.lockDelay }
 func (h handler) Describe() (kind, status string)             { return h.e.kind, h.e.status.String() }
 
 // attemptRefused is called by the session when an attempt did not win.
+// A refused lock-delay stops the election: the backend would refuse every
+// attempt alike, and a CANDIDATE that never competes would hide the
+// configuration error (ADR 0240).
 func (e *Election) attemptRefused(err error) {
 	if e.onAttempt != nil {
 		e.onAttempt(err)
+	}
+	if errors.Is(err, session.ErrLockDelay) && e.status == Candidate && e.stopping == nil {
+		e.delayErr = err
+		e.status = Stopped
+		e.c.Want(false)
+		e.c.Drop()
 	}
 }
 

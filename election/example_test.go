@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -110,4 +111,29 @@ func ExampleWaitFirstAttempt() {
 	_ = e.Stop(context.Background())
 	// Output:
 	// won compactor#1 before Start returned
+}
+
+// An election whose terms ask the backend for a lock-delay: if the leader's
+// session ends without a release, no other node leads for 15s. A delay the
+// backend does not honour (above its WithMaxLockDelay) stops the election
+// with an error instead of a candidate that never wins.
+func ExampleWithLockDelay() {
+	ctx := context.Background()
+	b, _ := memory.New(memory.WithMaxLockDelay(15 * time.Second))
+	s, _ := session.Open(ctx, b, session.WithLogger(nil))
+	defer s.Close()
+
+	e, err := election.Start(s, "ledger-writer", election.WithLockDelay(15*time.Second), election.WaitFirstAttempt(ctx))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer e.Close()
+	fmt.Println(e.Status())
+
+	_, err = election.Start(s, "audit-writer", election.WithLockDelay(time.Minute), election.WaitFirstAttempt(ctx))
+	fmt.Println("above the backend's maximum:", errors.Is(err, session.ErrLockDelay))
+	// Output:
+	// LEADER
+	// above the backend's maximum: true
 }

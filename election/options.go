@@ -2,6 +2,8 @@ package election
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/simba-go/simba/internal/layer"
@@ -57,7 +59,14 @@ type options struct {
 	onRefuse  func(error)
 	onAttempt func(error)
 	onWon     func(*term.Term)
+	lockDelay time.Duration
 	waitCtx   context.Context // WaitFirstAttempt's, nil: Start returns at once
+	err       error           // an invalid option's, returned by Start
+}
+
+// invalid records why an option is refused: Start returns it.
+func (o *options) invalid(format string, args ...any) {
+	o.err = errors.Join(o.err, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
 }
 
 // WithListener sets the election's listener.
@@ -73,9 +82,17 @@ func WithExecutor(x Executor) Option {
 	}
 }
 
-// RunWhileLeader runs task for every term the election wins.
+// RunWhileLeader runs task for every term the election wins. A nil task
+// makes Start fail (ErrInvalidOption): it would crash the process at the
+// first term won.
 func RunWhileLeader(task Task) Option {
-	return func(o *options) { o.tasks = append(o.tasks, task) }
+	return func(o *options) {
+		if task == nil {
+			o.invalid("RunWhileLeader(nil): a task is required")
+			return
+		}
+		o.tasks = append(o.tasks, task)
+	}
 }
 
 // Every runs job every interval while the election is leader, under the
@@ -83,8 +100,15 @@ func RunWhileLeader(task Task) Option {
 // interval is counted from the end of the previous run); while not leader
 // nothing runs and nothing is queued. The first run starts when the term
 // begins. An error from job is passed to onError (if not nil) and does not
-// stop the schedule.
+// stop the schedule. A nil job or an interval that is not positive makes
+// Start fail (ErrInvalidOption).
 func Every(interval time.Duration, job Task, onError func(error)) Option {
+	switch {
+	case job == nil:
+		return func(o *options) { o.invalid("Every(%v, nil, ...): a job is required", interval) }
+	case interval <= 0:
+		return func(o *options) { o.invalid("Every(%v, ...): the interval must be positive", interval) }
+	}
 	return RunWhileLeader(func(ctx context.Context, t *term.Term) error {
 		for {
 			if err := job(ctx, t); err != nil && onError != nil && ctx.Err() == nil {
@@ -107,9 +131,9 @@ func Every(interval time.Duration, job Task, onError func(error)) Option {
 func OnRefused(f func(err error)) Option { return func(o *options) { o.onRefuse = f } }
 
 // OnAttempt calls f, with the engine's lock held, when an acquisition
-// attempt of the election did not win: err is nil when another session
-// holds the lease, else why the attempt failed. Package lock's TryAcquire
-// uses it.
+// attempt of the election did not win: err is nil when the lease is held
+// (by another session, or by an earlier lease of this session whose
+// release is being retried), else why the attempt failed.
 func OnAttempt(f func(err error)) Option { return func(o *options) { o.onAttempt = f } }
 
 // OnWon calls f, with the engine's lock held, when the election wins a term,
@@ -130,6 +154,39 @@ func OnWon(f func(t *term.Term)) Option { return func(o *options) { o.onWon = f 
 // next batch), and under a simulated Env.
 func WaitFirstAttempt(ctx context.Context) Option {
 	return func(o *options) { o.waitCtx = ctx }
+}
+
+// WithLockDelay asks the backend to keep the election's name refused to
+// every session for d after a term of this election ends without a
+// release: its session expired, its local deadline passed, it was taken
+// over (Chubby's and Consul's lock-delay). A leader that was paused (a GC,
+// a frozen VM) and wakes up believing in its term then finds nobody else
+// at work on what it writes, for d: it protects resources that cannot
+// check a fencing token. A voluntary handover (Stop, StepDown) releases
+// the lease once the task has returned and skips the delay; a release
+// that cannot reach the backend before the session expires leaves the
+// name to that expiry, and the delay. When the local deadline passes, the
+// backend session is left to expire, not closed, so that the delay counts.
+// Session.Close frees the names at once, without waiting for the tasks:
+// Stop the election first for the delay to cover a task still at work
+// (ADR 0275).
+//
+// The delay is enforced by the backend on its own clock, never by the
+// candidates'; each backend honours delays up to its WithMaxLockDelay
+// (0 by default). A delay above that is a configuration error: the
+// attempt is refused with an error wrapping session.ErrLockDelay, the
+// election stops (Status STOPPED; OnAttempt gets the error; the session
+// publishes LockDelayRefused, logged at ERROR), and with WaitFirstAttempt
+// Start returns the error. Default 0: no delay. A negative d makes Start
+// fail (ErrInvalidOption). ADR 0240.
+func WithLockDelay(d time.Duration) Option {
+	return func(o *options) {
+		if d < 0 {
+			o.invalid("WithLockDelay(%v): the lock-delay must not be negative", d)
+			return
+		}
+		o.lockDelay = d
+	}
 }
 
 // SingleTerm makes the election take only one term: when it ends, for any

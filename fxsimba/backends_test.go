@@ -3,7 +3,10 @@ package fxsimba_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,9 +84,11 @@ func redisBackend(addr, ns string) fx.Option {
 				if _, err := b.CheckServer(ctx); err != nil {
 					return err
 				}
-				// The test's namespace is new: create it (an application
-				// does this once, at its first deployment; ADR 0130).
-				return b.Init(ctx)
+				// The test's namespace is new: create it. An application
+				// calls Init, safe at every start (ADR 0165); the test
+				// calls ForceInit, since Init refuses on a server started
+				// less than a maximum lease ago (CI's).
+				return b.ForceInit(ctx)
 			},
 			OnStop: func(ctx context.Context) error {
 				defer func() { _ = rdb.Close() }()
@@ -174,5 +179,102 @@ func stepDownHandsOver(t *testing.T, backend func(t *testing.T) fx.Option) {
 	}
 	if got := handle(first).Status(); got != election.Cooldown {
 		t.Fatalf("node %d after StepDown: status %v, want %v", first, got, election.Cooldown)
+	}
+}
+
+// warnings is a slog handler that keeps every record at WARN or above.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s=%v", a.Key, a.Value); return true })
+	w.mu.Lock()
+	w.msgs = append(w.msgs, b.String())
+	w.mu.Unlock()
+	return nil
+}
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnings) WithGroup(string) slog.Handler      { return w }
+
+func (w *warnings) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.msgs...)
+}
+
+// freshSchema is a PostgreSQL schema of the test's own, dropped at the end,
+// and a pool whose search_path is it: pgsimba's tables and functions land
+// there, as on a database nobody has used yet.
+func freshSchema(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	name := fmt.Sprintf("fxsimba_fresh_%d", time.Now().UnixNano())
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.Exec(context.Background(), "DROP SCHEMA "+name+" CASCADE"); err != nil {
+			t.Errorf("drop the test's schema %s: %v", name, err)
+		}
+	})
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = name
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// The README's fx + PostgreSQL pattern on a database that has never seen
+// Simba starts without a single warning (issue 22, item 7): the session
+// opens in its start hook, after the backend's hook has created the
+// schema. When the session opened at construction, every fresh start
+// logged "SessionSuspended … no schema installed".
+func TestFreshPostgresStartsWithoutWarning(t *testing.T) {
+	pool := freshSchema(t, mustEnv(t, "SIMBA_POSTGRES_URL"))
+	w := &warnings{}
+	log := slog.New(w)
+	app := fxtest.New(t,
+		fx.Provide(fxsimba.Module),
+		fx.Supply(log),
+		env(nil),
+		fx.Provide(func(lc fx.Lifecycle) (session.Backend, error) {
+			b, err := pgsimba.New(context.Background(), pool, pgsimba.WithoutSchemaCreation(), pgsimba.WithLogger(log))
+			if err != nil {
+				return nil, err
+			}
+			lc.Append(fx.Hook{
+				OnStart: func(ctx context.Context) error {
+					_, err := pgsimba.New(ctx, pool, pgsimba.WithLogger(log))
+					return err
+				},
+				OnStop: b.Shutdown,
+			})
+			return b, nil
+		}),
+		fxsimba.WhileLeader("fresh", func(ctx context.Context, _ *term.Term) error {
+			<-ctx.Done()
+			return nil
+		}),
+	)
+	app.RequireStart()
+	app.RequireStop()
+	if got := w.all(); len(got) > 0 {
+		t.Fatalf("a correct setup on a fresh database logged %d warnings, want none:\n%s", len(got), strings.Join(got, "\n"))
 	}
 }

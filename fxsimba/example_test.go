@@ -10,6 +10,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/simba-go/simba/fxsimba"
+	"github.com/simba-go/simba/group"
 	"github.com/simba-go/simba/session"
 	"github.com/simba-go/simba/session/memory"
 	"github.com/simba-go/simba/term"
@@ -164,4 +165,38 @@ func ExampleJobHandle_StepDown() {
 	// Output:
 	// leader: true
 	// leader: false status: COOLDOWN
+}
+
+// Orders is a value of the application's graph (a *sql.DB, a client).
+type Orders struct{ Table string }
+
+// A partitioned job whose task needs values of the graph: give a
+// constructor, as to fx.Provide; fx resolves its parameters. LeaderJob and
+// WhileLeader take the same.
+func ExamplePartitionedJob() {
+	done := make(chan int, 4)
+	app := fx.New(
+		fx.Provide(fxsimba.Module),
+		fx.Provide(func() (session.Backend, error) { return memory.New() }),
+		fx.Supply(slog.New(slog.DiscardHandler), &Orders{Table: "orders"}),
+		fxsimba.PartitionedJob("orders", 4, func(o *Orders) group.Task {
+			return func(ctx context.Context, p int, t *term.Term) error {
+				done <- p // consume partition p of o.Table, fenced with t.Token()
+				<-ctx.Done()
+				return nil
+			}
+		}),
+		fx.NopLogger,
+	)
+	if err := app.Start(context.Background()); err != nil {
+		fmt.Println(err)
+		return
+	}
+	seen := map[int]bool{}
+	for len(seen) < 4 {
+		seen[<-done] = true
+	}
+	fmt.Println("owns", len(seen), "partitions")
+	_ = app.Stop(context.Background())
+	// Output: owns 4 partitions
 }

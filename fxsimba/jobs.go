@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -56,31 +57,59 @@ func (j Job) validate() error {
 
 // LeaderJob registers task to run every interval while this node leads
 // name: a leader-only scheduled job (the specification's schedule and
-// @SimbaScheduled). An invalid job fails fx.New.
-func LeaderJob(name string, interval time.Duration, task election.Task, opts ...election.Option) fx.Option {
+// @SimbaScheduled).
+//
+// task is an election.Task, or, for a task that needs values of the fx
+// graph, a constructor like those given to fx.Provide: a function whose
+// parameters fx resolves and which returns the election.Task (and
+// optionally an error, which fails fx.New):
+//
+//	fxsimba.LeaderJob("purge", time.Hour, func(db *sql.DB) election.Task {
+//		return func(ctx context.Context, t *term.Term) error { return purge(ctx, db, t.Token()) }
+//	})
+//
+// An invalid job fails fx.New, wrapping ErrInvalidJob.
+func LeaderJob(name string, interval time.Duration, task any, opts ...election.Option) fx.Option {
 	if interval <= 0 {
 		return fx.Error(fmt.Errorf("%w: job %q: interval must be positive, got %v", ErrInvalidJob, name, interval))
 	}
-	return supplyJob(Job{Name: name, Every: interval, Task: task, Options: opts})
+	return provideJob(Job{Name: name, Every: interval, Options: opts}, task)
 }
 
 // WhileLeader registers task to run for every term this node wins for
 // name, under the term's context (the specification's runWhileLeader). On
 // stop, the lease is kept until task returns (or the session's deadline
-// passes), so the next leader's task never overlaps it. An invalid job
-// fails fx.New.
-func WhileLeader(name string, task election.Task, opts ...election.Option) fx.Option {
-	return supplyJob(Job{Name: name, Task: task, Options: opts})
+// passes), so the next leader's task never overlaps it. task is an
+// election.Task or a constructor returning one, as for [LeaderJob]. An
+// invalid job fails fx.New.
+func WhileLeader(name string, task any, opts ...election.Option) fx.Option {
+	return provideJob(Job{Name: name, Options: opts}, task)
 }
 
-func supplyJob(j Job) fx.Option {
+// provideJob provides j, its Task given by task (the task, or a
+// constructor of it from the graph), to the jobs group.
+func provideJob(j Job, task any) fx.Option {
+	what := fmt.Sprintf("job %q", j.Name)
+	want := reflect.TypeFor[election.Task]()
+	direct, ctor, err := taskOrConstructor(task, want, what)
+	if err != nil {
+		return fx.Error(err)
+	}
+	if direct.IsValid() {
+		j.Task = direct.Interface().(election.Task)
+	} else {
+		j.Task = func(context.Context, *term.Term) error { return nil } // validated now, replaced when built
+	}
 	if err := j.validate(); err != nil {
 		return fx.Error(err)
 	}
-	return fx.Options(
-		fx.Provide(fx.Annotate(func() Job { return j }, fx.ResultTags(groupJobs))),
-		needJobs,
-	)
+	build := withDeps(direct, ctor, want, what, nil, []reflect.Type{reflect.TypeFor[Job]()},
+		func(_ []reflect.Value, tv reflect.Value) ([]reflect.Value, error) {
+			built := j
+			built.Task = tv.Interface().(election.Task)
+			return []reflect.Value{reflect.ValueOf(built)}, nil
+		})
+	return fx.Options(fx.Provide(fx.Annotate(build, fx.ResultTags(groupJobs))), needJobs)
 }
 
 // needJobs makes fx build the registry, hence run [Module], in an

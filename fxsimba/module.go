@@ -2,6 +2,7 @@ package fxsimba
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -46,8 +47,7 @@ const (
 // SIMBA_SESSION_* variables override the Config. It provides nothing else:
 // the backend, its driver client and the logger are the application's.
 func Module(p ModuleParams) (ModuleResult, error) {
-	// Check the jobs before building the session, which starts running as
-	// soon as it is built.
+	// Check the jobs before building the session.
 	js, err := newJobs(p.Jobs...)
 	if err != nil {
 		return ModuleResult{}, err
@@ -116,13 +116,16 @@ type SessionParams struct {
 // NewSession builds the session of an fx application: configuration from
 // p.Config overridden by the environment and validated (an invalid value
 // fails the application's construction, naming the key and the rule), then
-// session.New, which opens the backend session in the background.
+// session.New with session.WithDeferredStart: the constructor does no I/O.
 //
-// The start hook waits until the first backend session is open, or fails
-// the start when the start context ends first (a backend that cannot be
-// reached fails the deploy instead of running a node that can never lead);
-// the stop hook closes the session, which ends every term with STOPPED and
-// releases every lease at once.
+// The start hook starts the session (subscription, first Open) and waits
+// until the first backend session is open, or fails the start when the
+// start context ends first (a backend that cannot be reached fails the
+// deploy instead of running a node that can never lead). It runs after
+// the start hooks of the backend's constructor (fx builds the backend
+// first, since the session takes it), so a schema those hooks create
+// exists before the first Open. The stop hook closes the session, which
+// ends every term with STOPPED and releases every lease at once.
 //
 // Without fx, do the same by hand: cfg.ApplyEnv, cfg.Deadline, then
 // session.Open(ctx, backend, session.WithConfig(d)).
@@ -142,7 +145,7 @@ func NewSession(p SessionParams) (*session.Session, error) {
 	if p.Backend == nil {
 		return nil, fmt.Errorf("%w: the session.Backend provided is nil", ErrInvalidConfig)
 	}
-	opts := []session.Option{session.WithConfig(d)}
+	opts := []session.Option{session.WithConfig(d), session.WithDeferredStart()}
 	if p.Logger != nil {
 		opts = append(opts, session.WithLogger(p.Logger))
 	}
@@ -153,6 +156,13 @@ func NewSession(p SessionParams) (*session.Session, error) {
 	}
 	p.Lifecycle.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
+			if err := s.Start(); err != nil {
+				_ = s.Close()
+				if errors.Is(err, session.ErrClosed) {
+					return fmt.Errorf("fxsimba: the session was closed by the app's Stop and cannot open again: build a new app with fx.New to start again: %w", err)
+				}
+				return fmt.Errorf("fxsimba: start session: %w", err)
+			}
 			select {
 			case <-s.Ready():
 				return nil

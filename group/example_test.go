@@ -122,3 +122,30 @@ func ExampleGroup_StepDown() {
 	// revoked 1 STEPPED_DOWN
 	// owned after StepDown: 0 COOLDOWN
 }
+
+// A group whose partitions ask the backend for a lock-delay: a member that
+// dies without leaving keeps its partitions from the others for 15s after
+// its session ends; rebalances and Leave hand them over at once.
+func ExampleWithLockDelay() {
+	b, _ := memory.New(memory.WithMaxLockDelay(15 * time.Second))
+	s, _ := session.Open(context.Background(), b, session.WithLogger(nil))
+	defer s.Close()
+
+	all := make(chan struct{})
+	var once sync.Once
+	n := 0
+	g, err := group.Join(s, "ledgers", 2, group.WithLockDelay(15*time.Second),
+		group.WithListener(group.Funcs{Assigned: func(int, *term.Term) {
+			if n++; n == 2 {
+				once.Do(func() { close(all) })
+			}
+		}}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer g.Close()
+	<-all
+	fmt.Println("owned:", len(g.Terms()))
+	// Output: owned: 2
+}

@@ -2,14 +2,17 @@ package group
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/simba-go/simba/internal/layer"
 	"github.com/simba-go/simba/internal/serial"
+	"github.com/simba-go/simba/internal/tokenjson"
 
 	"github.com/simba-go/simba/deadline"
 	"github.com/simba-go/simba/election"
@@ -31,14 +34,25 @@ var (
 	// ErrLeft: StepDown was called on a member that has left or is
 	// leaving the group (Leave, Close, or its session closed).
 	ErrLeft = errors.New("simba: the member has left the group")
+	// ErrPartitionsMismatch (reported to OnError): the live members were
+	// configured with different partition counts, as during a rolling
+	// deploy that changes it; the group serves the smallest of them until
+	// they agree (ADR 0189). The error names each member's count.
+	ErrPartitionsMismatch = errors.New("simba: the group's members disagree on the partition count")
+	// ErrBlind (reported to OnError): the member could not see the group
+	// (its polls failed) for a lease duration, so it withdrew: its member
+	// record released and its partitions handed over, so that the members
+	// that can see the group take them (ADR 0190). It joins again after
+	// its next successful poll.
+	ErrBlind = errors.New("simba: the member cannot see its group and withdrew")
 )
 
 // Limits of a group's shape, so that every lease name it makes is valid
 // (deadline.MaxNameLen) on every backend.
 const (
-	MaxPartitions  = 65536
-	MaxNameLen     = deadline.MaxNameLen - len(":m:") - maxMemberIDLen
-	maxMemberIDLen = 32
+	MaxPartitions  = layer.MaxGroupPartitions
+	MaxNameLen     = deadline.MaxNameLen - len(":m:") - maxMemberIDLen - len(".65536")
+	maxMemberIDLen = layer.MaxMemberIDLen
 )
 
 // Group is one member of a partition group: the members of a group (one
@@ -57,12 +71,18 @@ type Group struct {
 	queue    *serial.Queue
 	spawn    func(p int, t *term.Term, task Task, done func())
 	member   layer.Claim
+	// lockDelay is the partitions' (WithLockDelay); delayReported (under
+	// the session's lock): a refusal of it went to OnError, and no
+	// partition was won since.
+	lockDelay     time.Duration
+	delayReported bool
 
 	// Guarded by the session's lock (session.Do).
 	joined     bool // the member record is held
 	closed     bool // the session closed
 	parts      []*part
 	leaving    chan struct{} // closed when Leave has completed
+	unwinding  bool          // Leave is still handing partitions over, a chunk per step
 	left       bool
 	handovers  int // voluntary handovers under way
 	pollStop   func() bool
@@ -70,6 +90,11 @@ type Group struct {
 	inspecting bool
 	members    []string // as the last poll saw them
 	polls      uint64
+	agreed     int             // the partition count the group serves: the smallest a live member has (ADR 0189)
+	mismatch   string          // the members' counts when they last disagreed, "" if they agree
+	seen       time.Time       // the member record won or a poll answered: the last time the member saw its group
+	blind      bool            // withdrawn for not seeing the group (ADR 0190); polling until it does
+	holdUntil  time.Time       // a member just joined takes nothing before (ADR 0193)
 	cooling    bool            // stepped down: not a member until the cooldown ends
 	coolStop   func() bool     // the cooldown's timer
 	stepped    []chan struct{} // StepDowns waiting for their handovers
@@ -104,6 +129,14 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 	if o.listener == nil {
 		o.listener = Funcs{}
 	}
+	for i, task := range o.tasks {
+		if task == nil {
+			return nil, fmt.Errorf("%w: RunWhileOwner(nil) (task %d): a task must be a function", ErrInvalidGroup, i)
+		}
+	}
+	if o.lockDelay < 0 {
+		return nil, fmt.Errorf("%w: WithLockDelay(%v): the lock-delay must not be negative", ErrInvalidGroup, o.lockDelay)
+	}
 	if o.memberID == "" {
 		// From the session's Env: random in production, seeded in the
 		// simulation.
@@ -125,7 +158,9 @@ func Join(s *session.Session, name string, partitions int, opts ...Option) (*Gro
 		onError:  o.onError,
 		queue:    newQueue(eng, o.exec),
 		parts:    make([]*part, partitions),
+		agreed:   partitions,
 	}
+	g.lockDelay = o.lockDelay
 	g.spawn = g.goTask
 	g.queue.SetOwner(g)
 	c, err := eng.Claim(g.memberName(), memberHandler{g})
@@ -182,16 +217,14 @@ func validate(name string, partitions int) error {
 }
 
 func validateMemberID(id string) error {
-	if len(id) == 0 || len(id) > maxMemberIDLen {
+	bad, ok := layer.ValidMemberID(id)
+	switch {
+	case ok:
+		return nil
+	case bad < 0:
 		return fmt.Errorf("%w: member ID %q (want 1 to %d characters)", ErrInvalidGroup, id, maxMemberIDLen)
 	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: member ID %q has byte %q at offset %d (want [A-Za-z0-9_-])", ErrInvalidGroup, id, c, i)
-		}
-	}
-	return nil
+	return fmt.Errorf("%w: member ID %q has byte %q at offset %d (want [A-Za-z0-9_-])", ErrInvalidGroup, id, id[bad], bad)
 }
 
 // Name is the group's name.
@@ -206,7 +239,12 @@ func (g *Group) MemberID() string { return g.id }
 // Session is the session the member runs on.
 func (g *Group) Session() *session.Session { return g.s }
 
-func (g *Group) memberName() string         { return g.name + ":m:" + g.id }
+// memberName is the member record's lease name, which carries the
+// member's partition count (ADR 0189).
+func (g *Group) memberName() string {
+	return g.name + ":m:" + g.id + "." + strconv.Itoa(g.n)
+}
+
 func (g *Group) partitionName(p int) string { return g.name + ":p:" + strconv.Itoa(p) }
 
 // partitionOf parses a lease name of the group's partitions; only the
@@ -227,15 +265,7 @@ func (g *Group) partitionOf(name string) (int, bool) {
 // partition of a group (<group>:p:<partition>), and of which; tools and
 // instrumentation (otelsimba) use it to label a partition's term.
 func ParsePartitionLease(leaseName string) (groupName string, partition int, ok bool) {
-	groupName, rest, found := strings.Cut(leaseName, ":p:")
-	if !found || groupName == "" || strings.Contains(groupName, ":") {
-		return "", 0, false
-	}
-	p, err := strconv.Atoi(rest)
-	if err != nil || p < 0 || p >= MaxPartitions || strconv.Itoa(p) != rest {
-		return "", 0, false
-	}
-	return groupName, p, true
+	return layer.GroupPartition(leaseName)
 }
 
 // Terms returns the valid terms of the partitions this member owns, by
@@ -255,20 +285,43 @@ func (g *Group) Terms() map[int]*term.Term {
 
 // Snapshot is a member's view of its group, serialisable as JSON.
 type Snapshot struct {
-	Name       string   `json:"name"`
-	Partitions int      `json:"partitions"`
-	Member     string   `json:"member"`
-	Status     string   `json:"status"`  // JOINING, MEMBER, COOLDOWN, LEAVING or LEFT
-	Members    []string `json:"members"` // as the last poll saw them
-	Owned      []Owned  `json:"owned"`   // by partition
+	Name       string `json:"name"`
+	Partitions int    `json:"partitions"`
+	// Agreed is the partition count the group serves as the last poll saw
+	// it: the smallest of the live members' (ADR 0189); Partitions
+	// unless they disagree.
+	Agreed int `json:"agreed"`
+	// Mismatch names each member's partition count while they disagree
+	// ("a=12 b=16"), empty otherwise.
+	Mismatch string   `json:"mismatch,omitempty"`
+	Member   string   `json:"member"`
+	Status   string   `json:"status"`  // JOINING, MEMBER, COOLDOWN, WITHDRAWN, LEAVING or LEFT
+	Members  []string `json:"members"` // as the last poll saw them
+	Owned    []Owned  `json:"owned"`   // by partition
 }
 
-// Owned is a partition the member holds a term for.
+// Owned is a partition the member holds a term for. In JSON the token is
+// a string (ADR 0196).
 type Owned struct {
 	Partition int              `json:"partition"`
-	Token     uint64           `json:"token"`
+	Token     uint64           `json:"token,string"`
 	Valid     bool             `json:"valid"`
 	Remaining session.Duration `json:"remaining"`
+}
+
+// UnmarshalJSON reads the token as a string or, as v0.1.0 wrote it, a
+// number.
+func (o *Owned) UnmarshalJSON(b []byte) error {
+	type plain Owned
+	w := struct {
+		*plain
+		Token tokenjson.Token `json:"token"`
+	}{plain: (*plain)(o), Token: tokenjson.Token(o.Token)}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	o.Token = uint64(w.Token)
+	return nil
 }
 
 // Snapshot returns the member's view of the group: the members it last
@@ -276,7 +329,7 @@ type Owned struct {
 func (g *Group) Snapshot() Snapshot {
 	var snap Snapshot
 	g.eng.Do(func() {
-		snap = Snapshot{Name: g.name, Partitions: g.n, Member: g.id, Status: g.status(), Members: append([]string(nil), g.members...), Owned: []Owned{}}
+		snap = Snapshot{Name: g.name, Partitions: g.n, Agreed: g.agreed, Mismatch: g.mismatch, Member: g.id, Status: g.status(), Members: append([]string(nil), g.members...), Owned: []Owned{}}
 		for _, pt := range g.parts {
 			if pt != nil && pt.term != nil {
 				r := pt.term.Remaining()
@@ -296,6 +349,8 @@ func (g *Group) status() string {
 		return "LEAVING"
 	case g.cooling:
 		return "COOLDOWN"
+	case g.blind:
+		return "WITHDRAWN"
 	case g.joined:
 		return "MEMBER"
 	}
@@ -331,26 +386,49 @@ func (g *Group) Leave(ctx context.Context) error {
 // Close is Leave without a deadline, for io.Closer.
 func (g *Group) Close() error { return g.Leave(context.Background()) }
 
+// leaveChunk is how many partitions one step of a Leave hands over
+// under the engine's lock: a group of 65,536 would otherwise hold it for
+// the whole loop, and renewals wait (issue 20, item 8).
+const leaveChunk = 1024
+
 func (g *Group) leave() <-chan struct{} {
 	var ch chan struct{}
+	started := false
 	g.eng.Do(func() {
 		if g.leaving != nil {
 			ch = g.leaving
 			return
 		}
+		started = true
 		ch = make(chan struct{})
 		g.leaving = ch
+		g.unwinding = true
 		g.stopPoll()
 		g.stopCooldown()
 		g.member.Want(false)
 		g.member.Release(term.Stopped, nil)
-		for _, pt := range g.parts {
-			if pt != nil {
-				pt.unwant(term.Stopped)
-			}
-		}
-		g.checkLeft()
 	})
+	if !started {
+		return ch
+	}
+	// The partitions not yet handed over stay wanted between steps; a
+	// term won meanwhile is given back (Won sees leaving), and the Leave
+	// completes only after the last step (unwinding).
+	for i := 0; i < len(g.parts); i += leaveChunk {
+		chunk := g.parts[i:min(i+leaveChunk, len(g.parts))]
+		last := i+leaveChunk >= len(g.parts)
+		g.eng.Do(func() {
+			for _, pt := range chunk {
+				if pt != nil {
+					pt.unwant(term.Stopped)
+				}
+			}
+			if last {
+				g.unwinding = false
+				g.checkLeft()
+			}
+		})
+	}
 	return ch
 }
 
@@ -370,7 +448,7 @@ func (g *Group) checkLeft() {
 			})
 		})
 	}
-	if g.leaving == nil || g.left {
+	if g.leaving == nil || g.left || g.unwinding {
 		return
 	}
 	g.left = true
@@ -389,10 +467,18 @@ func (g *Group) checkLeft() {
 	})
 }
 
+// report hands err to OnError once the engine's lock is released, marked
+// as the group's callback on the delivery loop: OnError may call into the
+// group or the session (Snapshot, State), and a Leave or Close from it
+// returns ErrWouldBlockSelf instead of waiting for the loop it blocks
+// (issue 20, item 11). Lock held.
 func (g *Group) report(err error) {
-	if g.onError != nil {
-		g.onError(err)
+	if g.onError == nil {
+		return
 	}
+	g.eng.Defer(func() {
+		g.eng.Inside(g, true, func() { g.onError(err) })
+	})
 }
 
 // ---- polling and rebalancing
@@ -412,6 +498,9 @@ func (g *Group) armPoll() {
 		return
 	}
 	d := g.s.Config().RetryDelay(g.eng.Jitter())
+	if wait := g.holdUntil.Sub(g.eng.Now()); wait > 0 && g.joined {
+		d = wait // the poll that ends a newcomer's hold, on time
+	}
 	gen := g.pollGen
 	g.pollStop = g.eng.AfterFunc(d, func() {
 		g.eng.Do(func() {
@@ -430,7 +519,7 @@ func (g *Group) poll() {
 	if g.closed || g.leaving != nil || g.inspecting {
 		return
 	}
-	if !g.joined {
+	if !g.joined && !g.blind {
 		g.armPoll()
 		return
 	}
@@ -445,30 +534,110 @@ func (g *Group) poll() {
 		if g.closed || g.leaving != nil || g.cooling {
 			return
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			g.report(fmt.Errorf("simba: group %q: poll members: %w", g.name, err))
-		} else {
+			if g.joined && g.blindFor() >= g.s.Config().LeaseDuration {
+				g.withdraw()
+			}
+		case g.blind:
+			// It sees its group again: it joins again, as a newcomer.
+			g.blind = false
+			g.member.Want(true)
+		default:
+			g.seen = g.eng.Now()
 			g.rebalance(hs)
 		}
 		g.armPoll()
 	})
 }
 
+// blindFor is how long the member has been unable to see its group while
+// its session was LIVE: since its last successful poll (or its record's
+// win), or since the session last became LIVE if that is later; zero
+// while the session is not LIVE. A poll that fails while the renewals
+// fail too is a backend down for every call, not a blind member: the
+// session's deadline ends the terms if the outage lasts, and a
+// withdrawal would move every partition of the group across an outage
+// the terms survive (ADR 0226). Lock held.
+func (g *Group) blindFor() time.Duration {
+	since, live := g.eng.LiveSince()
+	if !live {
+		return 0
+	}
+	if g.seen.After(since) {
+		since = g.seen
+	}
+	return g.eng.Now().Sub(since)
+}
+
+// withdraw takes a member that has not seen its group for a lease
+// duration out of it, as a step down would, but polling on: the others,
+// who may see the group, stop reserving its share and take its partitions
+// once it has handed them over; it joins again when a poll succeeds
+// (ADR 0190). A member that cannot poll keeps nothing from the others for
+// longer than that. Lock held.
+func (g *Group) withdraw() {
+	g.blind = true
+	g.joined = false
+	g.report(fmt.Errorf("simba: group %q: %w (no successful poll since %v)", g.name, ErrBlind, g.seen.Format(time.RFC3339Nano)))
+	g.member.Want(false)
+	g.member.Release(term.SteppedDown, nil)
+	for _, pt := range g.parts {
+		if pt != nil {
+			pt.unwant(term.SteppedDown)
+		}
+	}
+}
+
 // rebalance computes the assignment from what a poll saw and applies this
 // member's share: partitions it should no longer own are handed over,
 // partitions it should own are wanted, all in one acquisition. Lock held.
+//
+// The members may disagree on the partition count (a rolling deploy that
+// changes it): each record carries its member's, and the group serves the
+// smallest, so that every member serves only partitions it knows and
+// every member computes the same assignment; a disagreement is reported
+// to every member each time it changes (ADR 0189).
 func (g *Group) rebalance(hs []session.Holder) {
-	mprefix := g.name + ":m:"
 	bySession := make(map[session.ID]string)
-	var members []string
+	var members, counts []string
+	agreed, differ := 0, false
+	older, counted := map[string]bool{}, map[string]bool{}
 	for _, h := range hs {
-		if id, ok := strings.CutPrefix(h.Name, mprefix); ok && validateMemberID(id) == nil {
-			if id == g.id && !g.joined {
-				continue
-			}
-			members = append(members, id)
-			bySession[h.Session] = id
+		grp, id, n, ok := layer.GroupMember(h.Name)
+		if !ok || grp != g.name {
+			continue
 		}
+		if id == g.id && !g.joined {
+			continue
+		}
+		if n == 0 {
+			n = g.n // a record of an older version carries no count
+			older[id] = true
+		} else {
+			counted[id] = true
+		}
+		if agreed == 0 || n < agreed {
+			agreed = n
+		}
+		differ = differ || n != g.n
+		members = append(members, id)
+		counts = append(counts, id+"="+strconv.Itoa(n))
+		bySession[h.Session] = id
+	}
+	if agreed == 0 || agreed > g.n {
+		// No member seen, or only others (this member's record not yet
+		// in the view): it takes nothing, and never reads past its own
+		// count.
+		agreed = g.n
+	}
+	g.agreed = agreed
+	if !differ {
+		g.mismatch = ""
+	} else if m := strings.Join(counts, " "); m != g.mismatch {
+		g.mismatch = m
+		g.reportMismatch(agreed, m)
 	}
 	current := make([]string, g.n)
 	for _, h := range hs {
@@ -491,14 +660,19 @@ func (g *Group) rebalance(hs []session.Holder) {
 		}
 	}
 	g.members = members
-	owners := Assign(g.n, members, current)
+	owners := Assign(agreed, members, current[:agreed])
+	g.coverOlder(owners, current[:agreed], members, older, counted)
 	now := g.eng.Now()
+	hold := now.Before(g.holdUntil)
 	var take []*part
-	for p, owner := range owners {
+	for p := range g.parts {
 		pt := g.parts[p]
-		mine := me && owner == g.id
+		mine := me && p < agreed && owners[p] == g.id
 		switch {
 		case mine && (pt == nil || !pt.want):
+			if hold {
+				continue
+			}
 			if pt == nil {
 				pt = &part{g: g, p: p}
 				g.parts[p] = pt
@@ -512,6 +686,63 @@ func (g *Group) rebalance(hs []session.Holder) {
 		}
 	}
 	g.want(take)
+}
+
+// coverOlder rewrites owners so that no partition is left to a member of
+// an older version (a record with no count, ADR 0189) that may never take
+// it. Such a member computes its share among the older members alone and
+// serves only partitions below its own count, which nobody can read: a
+// share the newer members leave it may hold a partition at or above that
+// count, or one a newer member holds, and stay unowned for as long as it
+// lives (a rolling deploy that also changes the count). So a partition
+// the assignment gives an older member is its own only while it holds it;
+// one a newer member holds stays with that member, and one nobody holds
+// goes to the newer members, by the same assignment computed among them
+// alone (every newer member computes the same from the same view). The
+// older member may then want it too: the lease decides, whoever holds it
+// keeps it, and nothing flaps. Fairness returns when the older members
+// are gone. Lock held.
+func (g *Group) coverOlder(owners, current, members []string, older, counted map[string]bool) {
+	for id := range counted {
+		delete(older, id) // the same ID restarted at this version
+	}
+	delete(older, g.id)
+	if len(older) == 0 {
+		return
+	}
+	var newer []string
+	for _, m := range members {
+		if !older[m] {
+			newer = append(newer, m)
+		}
+	}
+	var alt []string
+	for p, o := range owners {
+		if !older[o] {
+			continue
+		}
+		switch h := current[p]; {
+		case older[h]:
+		case h != "":
+			owners[p] = h
+		default:
+			if alt == nil {
+				alt = Assign(len(owners), newer, current)
+			}
+			owners[p] = alt[p]
+		}
+	}
+}
+
+// reportMismatch tells OnError and a MismatchListener that the members
+// disagree on the partition count. Lock held.
+func (g *Group) reportMismatch(agreed int, counts string) {
+	g.report(fmt.Errorf("simba: group %q: %w (%s): serving %d partitions until they agree", g.name, ErrPartitionsMismatch, counts, agreed))
+	if l, ok := g.listener.(MismatchListener); ok {
+		g.eng.Defer(func() {
+			g.queue.Push(func() { l.OnPartitionsMismatch(agreed, counts) }, nil)
+		})
+	}
 }
 
 // want makes the member compete for pts: the claims that exist want at
@@ -588,11 +819,19 @@ func (m memberHandler) Won(*term.Term) {
 		g.member.Release(term.Stopped, nil)
 		return
 	}
-	if g.cooling { // won by an attempt sent before the step down
+	if g.cooling || g.blind { // won by an attempt sent before the step down or the withdrawal
 		g.member.Release(term.SteppedDown, nil)
 		return
 	}
 	g.joined = true
+	g.seen = g.eng.Now()
+	// Members that start together, or leave a quarantine together, win
+	// their records up to one candidate tick apart: the first to poll
+	// would see itself alone, take every partition and give most back a
+	// moment later. A newcomer takes nothing until every member that
+	// started with it has had a tick to record itself (ADR 0193).
+	cfg := g.s.Config()
+	g.holdUntil = g.seen.Add(cfg.RetryDelay(0) + cfg.RetryJitter + cfg.RenewInterval/10)
 	g.poll()
 }
 
@@ -610,6 +849,10 @@ func (m memberHandler) Closed() {
 	g.stopPoll()
 	g.stopCooldown()
 }
+
+// GroupLease marks the member record as a group's own lease, which the
+// session lets only a group claim (ADR 0191).
+func (memberHandler) GroupLease() {}
 
 func (m memberHandler) Describe() (kind, status string) {
 	g := m.g

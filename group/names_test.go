@@ -3,6 +3,8 @@ package group
 import (
 	"errors"
 	"testing"
+
+	"github.com/simba-go/simba/internal/layer"
 )
 
 func TestParsePartitionLease(t *testing.T) {
@@ -67,4 +69,25 @@ func FuzzValidate(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The member record carries the member's partition count, and reads back
+// as exactly the member and count that made it (ADR 0189); a record of
+// the older form (no count) still reads as a member.
+func TestMemberRecordNameRoundTrips(t *testing.T) {
+	for _, n := range []int{1, 12, MaxPartitions} {
+		g := &Group{name: "orders.eu", n: n, id: "n-1_A"}
+		grp, id, count, ok := layer.GroupMember(g.memberName())
+		if !ok || grp != g.name || id != g.id || count != n {
+			t.Fatalf("GroupMember(%q) = %q, %q, %d, %v", g.memberName(), grp, id, count, ok)
+		}
+	}
+	if _, id, count, ok := layer.GroupMember("orders:m:old"); !ok || id != "old" || count != 0 {
+		t.Fatalf("an older record reads as %q, %d, %v; want old, 0, true", id, count, ok)
+	}
+	for _, bad := range []string{"orders:m:a.0", "orders:m:a.012", "orders:m:a.65537", "orders:m:a.b.1", "orders:m:", "a:b:m:x.1"} {
+		if _, _, _, ok := layer.GroupMember(bad); ok {
+			t.Fatalf("GroupMember(%q) accepted a name no group makes", bad)
+		}
+	}
 }

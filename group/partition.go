@@ -1,9 +1,12 @@
 package group
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/simba-go/simba/internal/layer"
+	"github.com/simba-go/simba/session"
 
 	"github.com/simba-go/simba/term"
 )
@@ -32,8 +35,27 @@ type handover struct {
 	completed bool
 }
 
+// LockDelay is the lock-delay of the partition's terms (WithLockDelay).
+func (pt *part) LockDelay() time.Duration { return pt.g.lockDelay }
+
+// Refused hears the partition's attempts that did not win. Only a refused
+// lock-delay matters here: the engine has stopped the claim (the backend
+// would refuse every attempt alike), and OnError is told, once for the
+// group until a partition is won, not once per partition. The partition
+// stays assigned to this member, so no rebalance retries it in a loop;
+// it competes again when it moves away and back.
+func (pt *part) Refused(err error) {
+	g := pt.g
+	if !errors.Is(err, session.ErrLockDelay) || g.delayReported {
+		return
+	}
+	g.delayReported = true
+	g.report(fmt.Errorf("simba: group %q: partition %d: %w", g.name, pt.p, err))
+}
+
 // Won is called by the session when a term of the partition begins.
 func (pt *part) Won(t *term.Term) {
+	pt.g.delayReported = false // a later refusal is news again
 	g := pt.g
 	if !pt.want || g.leaving != nil || g.closed {
 		// The assignment moved on while the attempt was in flight.
@@ -42,10 +64,13 @@ func (pt *part) Won(t *term.Term) {
 	}
 	ts := &termState{t: t}
 	pt.term, pt.ts, pt.running = t, ts, 0
+	// The tasks start now, not behind the group's serial callback queue:
+	// one slow OnAssigned of another partition must not keep this one's
+	// work waiting (ADR 0101, 0192). OnAssigned follows in order.
+	pt.startTasks(t)
 	g.eng.Defer(func() {
 		g.queue.Push(func() {
 			g.listener.OnAssigned(pt.p, t)
-			g.eng.Do(func() { pt.startTasks(t) })
 		}, func(err error) {
 			ts.refused.Store(true)
 			pt.refused(t, err)
@@ -53,9 +78,10 @@ func (pt *part) Won(t *term.Term) {
 	})
 }
 
-// refused handles an executor that refused OnAssigned: nobody learned of
-// the term, so its tasks never start and its OnRevoked is not delivered;
-// the partition is given back and not taken again for one lease duration.
+// refused handles an executor that refused OnAssigned: the listener never
+// learned of the term, so its OnRevoked is not delivered; the partition is
+// handed over (its tasks, started with the term, cancelled and waited
+// for) and not taken again for one lease duration.
 func (pt *part) refused(t *term.Term, err error) {
 	g := pt.g
 	g.eng.Do(func() {
@@ -63,12 +89,8 @@ func (pt *part) refused(t *term.Term, err error) {
 		if pt.term != t {
 			return
 		}
-		pt.term = nil
-		pt.want = false
 		pt.coolUntil = g.eng.Now().Add(g.s.Config().LeaseDuration)
-		pt.c.Want(false)
-		pt.c.Release(term.SteppedDown, nil)
-		pt.maybeDrop()
+		pt.unwant(term.SteppedDown)
 	})
 }
 
@@ -89,6 +111,10 @@ func (pt *part) Lost(t *term.Term, reason term.RevokeReason) {
 
 // Closed is called by the session when it closes.
 func (pt *part) Closed() { pt.want = false }
+
+// GroupLease marks the partition's lease as a group's own, which the
+// session lets only a group claim (ADR 0191).
+func (*part) GroupLease() {}
 
 // Describe reports the partition in the session's Snapshot.
 func (pt *part) Describe() (kind, status string) {

@@ -61,6 +61,7 @@ func (g *Group) stepDown(cooldown time.Duration) (done <-chan struct{}, left boo
 		g.stopCooldown()
 		g.cooling = true
 		g.joined = false
+		g.blind = false
 		g.coolStop = g.eng.AfterFunc(max(cooldown, 0), func() { g.eng.Do(g.endCooldown) })
 		// The member record first: the others stop counting this member
 		// and compete for its partitions while they are handed over.

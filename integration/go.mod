@@ -3,10 +3,12 @@ module github.com/simba-go/simba/integration
 go 1.25.0
 
 require (
+	github.com/go-co-op/gocron/v2 v2.21.2
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.22.0
+	github.com/simba-go/simba/backend-etcd v0.1.0
 	github.com/simba-go/simba/backend-redis v0.1.0
 	github.com/simba-go/simba/backend-sql v0.1.0
 	github.com/simba-go/simba/backend-zk v0.1.0
@@ -17,8 +19,15 @@ require (
 	github.com/simba-go/simba/session v0.1.0
 	github.com/simba-go/simba/simbatest v0.1.0
 	github.com/simba-go/simba/term v0.1.0
+	go.etcd.io/etcd/client/v3 v3.5.29
 	go.uber.org/goleak v1.3.0
+	go.uber.org/zap v1.17.0
 	golang.org/x/sys v0.47.0
+)
+
+require (
+	github.com/jonboulle/clockwork v0.5.0 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
 )
 
 require (
@@ -61,6 +70,7 @@ require (
 	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
 	github.com/shirou/gopsutil/v4 v4.26.6 // indirect
+	github.com/simba-go/simba/gocronsimba v0.1.0
 	github.com/simba-go/simba/internal v0.1.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
@@ -98,8 +108,12 @@ replace github.com/simba-go/simba/backend-redis => ../backend-redis
 
 replace github.com/simba-go/simba/backend-zk => ../backend-zk
 
+replace github.com/simba-go/simba/backend-etcd => ../backend-etcd
+
 replace github.com/simba-go/simba/simbatest => ../simbatest
 
 replace github.com/simba-go/simba/group => ../group
 
 replace github.com/simba-go/simba/internal => ../internal
+
+replace github.com/simba-go/simba/gocronsimba => ../gocronsimba

@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/simba-go/simba/lock"
 	"github.com/simba-go/simba/session"
@@ -30,5 +31,29 @@ func BenchmarkTryAcquireClose(b *testing.B) {
 		if err := h.Close(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkTryAcquireCloseDeadline is BenchmarkTryAcquireClose as a service
+// calls it: a fresh context.WithTimeout per operation (issue 23), whose
+// own cost (4 allocations) is included.
+func BenchmarkTryAcquireCloseDeadline(b *testing.B) {
+	be, _ := memory.New()
+	s, err := session.Open(context.Background(), be)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		h, err := lock.TryAcquire(ctx, s, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := h.Close(); err != nil {
+			b.Fatal(err)
+		}
+		cancel()
 	}
 }

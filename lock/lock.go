@@ -13,8 +13,49 @@ import (
 )
 
 // ErrNotAcquired is returned by TryAcquire when another session holds the
-// lock.
+// lock (or, rarely, an earlier lock of this session whose release was lost
+// on the way: that release is sent again, see TryAcquire).
 var ErrNotAcquired = errors.New("simba: lock held by another session")
+
+// ErrInvalidOption is wrapped by the error Acquire and TryAcquire return
+// for an option they cannot run with (a negative lock-delay).
+var ErrInvalidOption = errors.New("simba: invalid lock option")
+
+// An Option configures one Acquire or TryAcquire.
+type Option func(*options)
+
+type options struct {
+	lockDelay time.Duration
+	err       error
+}
+
+// WithLockDelay asks the backend to keep the lock's name refused to every
+// session for d after this lock's term ends without a release: its
+// session expired, its local deadline passed, it was taken over (Chubby's
+// and Consul's lock-delay). A holder that was paused (a GC, a frozen VM)
+// and wakes up believing in the lock then finds nobody else at work on
+// what it writes, for d: it protects resources that cannot check a
+// fencing token. [Held.Close] releases the lease and skips the delay, and
+// so does closing the session (at once: whatever still writes under the
+// lock is then not covered). A release that cannot reach the backend
+// before the session expires leaves the name to that expiry, and the
+// delay (ADR 0275).
+//
+// The delay is enforced by the backend on its own clock, never by the
+// candidates'; each backend honours delays up to its WithMaxLockDelay (0
+// by default). Above that, Acquire and TryAcquire return an error
+// wrapping session.ErrLockDelay at once (the session also publishes
+// LockDelayRefused, logged at ERROR). A negative d is refused with
+// ErrInvalidOption. Default 0: no delay. ADR 0240.
+func WithLockDelay(d time.Duration) Option {
+	return func(o *options) {
+		if d < 0 {
+			o.err = errors.Join(o.err, fmt.Errorf("%w: WithLockDelay(%v): the lock-delay must not be negative", ErrInvalidOption, d))
+			return
+		}
+		o.lockDelay = d
+	}
+}
 
 // Held is a held lock: one term of the lock's name. Close it to release
 // the lock in handover order.
@@ -24,15 +65,16 @@ var ErrNotAcquired = errors.New("simba: lock held by another session")
 // and no tasks, so it needs no listener queue, executor or handover wait
 // (ADR 0161).
 type Held struct {
-	eng  layer.Engine
-	c    layer.Claim
-	name string
-	try  bool // TryAcquire: the first refusal ends the wait
+	eng   layer.Engine
+	c     layer.Claim
+	name  string
+	try   bool          // TryAcquire: the first refusal ends the wait
+	delay time.Duration // WithLockDelay's
 
 	// Set with the engine's lock held, before done is closed; read-only
 	// afterwards.
 	t       *term.Term // the term won
-	refusal error      // why TryAcquire's attempt did not win (nil: held by another session)
+	refusal error      // why TryAcquire's attempt did not win (nil: the lease is held)
 	refused bool
 	closed  bool // the session closed during the wait
 
@@ -55,30 +97,39 @@ type handler Held
 // with an error wrapping session.ErrAlreadyStarted (election.ErrAlreadyStarted
 // is the same value) if the same name is already locked or being acquired
 // on this session.
-func Acquire(ctx context.Context, s *session.Session, name string) (*Held, error) {
-	return acquire(ctx, s, name, false)
+func Acquire(ctx context.Context, s *session.Session, name string, opts ...Option) (*Held, error) {
+	return acquire(ctx, s, name, false, opts)
 }
 
 // TryAcquire makes one attempt to acquire the lock and returns with
-// ErrNotAcquired if another session holds it, or with an error wrapping
+// ErrNotAcquired if the lease is held: by another session, or by an
+// earlier lock of this session whose release did not reach the backend (it
+// is released again at once, so a later attempt can win). Or with an error wrapping
 // session.ErrQuarantined if the backend grants nothing for now because it
 // lost its records (one maximum lease after the loss, ADR 0130). The attempt is made as soon
 // as the session is LIVE (at once, normally; while it is SUSPENDED or
 // OPENING, when it is LIVE again): ctx bounds that wait, and it fails with
 // an error wrapping session.ErrClosed if the session closes first.
-func TryAcquire(ctx context.Context, s *session.Session, name string) (*Held, error) {
-	return acquire(ctx, s, name, true)
+func TryAcquire(ctx context.Context, s *session.Session, name string, opts ...Option) (*Held, error) {
+	return acquire(ctx, s, name, true, opts)
 }
 
-func acquire(ctx context.Context, s *session.Session, name string, try bool) (*Held, error) {
+func acquire(ctx context.Context, s *session.Session, name string, try bool, opts []Option) (*Held, error) {
 	if s == nil {
 		return nil, fmt.Errorf("simba: lock %q: nil Session", name)
+	}
+	var o options
+	if len(opts) > 0 {
+		o = applyOptions(opts) // apart: options passed to unknown functions escape
+	}
+	if o.err != nil {
+		return nil, fmt.Errorf("simba: lock %q: %w", name, o.err)
 	}
 	eng, ok := layer.Of(s)
 	if !ok {
 		return nil, fmt.Errorf("simba: lock %q: Session not built by session.New or session.Open", name)
 	}
-	h := &Held{eng: eng, name: name, try: try, done: make(chan struct{})}
+	h := &Held{eng: eng, name: name, try: try, delay: o.lockDelay, done: make(chan struct{})}
 	c, err := eng.Claim(name, (*handler)(h))
 	if err != nil {
 		return nil, fmt.Errorf("simba: lock %q: %w", name, err)
@@ -87,7 +138,7 @@ func acquire(ctx context.Context, s *session.Session, name string, try bool) (*H
 	// The first attempt runs on this goroutine (DoWait): the caller waits
 	// for it anyway, and the goroutine hops of a call of its own were most
 	// of an uncontended lock's engine cost (issue 11, ADR 0121).
-	eng.DoWait(ctx, h.start)
+	eng.DoWaitRun(ctx, (*startStep)(h))
 	select {
 	case <-h.done: // won or refused by the first attempt: the usual case
 	default:
@@ -120,6 +171,32 @@ func acquire(ctx context.Context, s *session.Session, name string, try bool) (*H
 		return nil, fmt.Errorf("simba: lock %q: %w", name, h.refusal)
 	}
 }
+
+// applyOptions returns the options opts set.
+func applyOptions(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		if opt == nil {
+			o.err = errors.Join(o.err, fmt.Errorf("%w: a nil Option", ErrInvalidOption))
+			continue
+		}
+		opt(&o)
+	}
+	return o
+}
+
+// startStep and closeStep are start and close as layer.Runners: a
+// conversion, where the method values h.start and h.close were an
+// allocation each per lock.
+type (
+	startStep    Held
+	closeStep    Held
+	answeredStep Held
+)
+
+func (x *startStep) Run()    { (*Held)(x).start() }
+func (x *closeStep) Run()    { (*Held)(x).close() }
+func (x *answeredStep) Run() { (*Held)(x).answered() }
 
 // start competes for the lease: the first attempt leaves at once if the
 // session is LIVE. Lock held.
@@ -181,12 +258,16 @@ func (x *handler) Closed() {
 	}
 }
 
+// LockDelay is the lock-delay the lock's attempts ask for (WithLockDelay).
+func (x *handler) LockDelay() time.Duration { return x.delay }
+
 // Refused ends TryAcquire's wait at the first attempt that did not win:
 // the claim is dropped at once, so no later attempt (a release notice's)
-// can win a lease nobody waits for.
+// can win a lease nobody waits for. A refused lock-delay ends Acquire's
+// wait too: the backend would refuse every attempt alike.
 func (x *handler) Refused(err error) {
 	h := (*Held)(x)
-	if !h.try || h.over {
+	if h.over || !h.try && !errors.Is(err, session.ErrLockDelay) {
 		return
 	}
 	h.refused, h.refusal = true, err
@@ -237,8 +318,9 @@ func (h *Held) Done() <-chan struct{} { return h.t.Done() }
 // released with its token. It returns once the backend has answered the
 // release (or the call failed, or timed out after one renewal period);
 // until then the name stays taken on the session, so no new lock of it can
-// overtake the release. Called from a callback on the session's delivery
-// loop (a Direct executor's), it starts the release without waiting for it
+// overtake the release. Called from code on the session's delivery loop (a
+// Direct executor's callback, one any executor runs inline, a session
+// Listener; ADR 0183), it starts the release without waiting for it
 // and returns ErrWouldBlockSelf (session.ErrWouldBlockSelf), as every
 // blocking close does there. Safe to call more than once.
 func (h *Held) Close() error {
@@ -254,7 +336,7 @@ func (h *Held) Close() error {
 		return nil
 	}
 	// The release runs on this goroutine (DoWait): Close waits for it anyway.
-	h.eng.DoWait(context.Background(), h.close)
+	h.eng.DoWaitRun(context.Background(), (*closeStep)(h))
 	h.released.Wait()
 	return nil
 }
@@ -269,7 +351,7 @@ func (h *Held) close() {
 	// Release revokes the term (STOPPED) before it sends the release
 	// carrying the token; with no lease held (lost, the session closed)
 	// it answers at once.
-	h.c.Release(term.Stopped, h.answered)
+	h.c.ReleaseRun(term.Stopped, (*answeredStep)(h))
 }
 
 // answered completes Close once the backend has answered the release: the

@@ -10,26 +10,36 @@
 //
 // # Traces
 //
-// One span per term, named "simba.term", started when the term is elected
-// and put into the term's context (through session.WithTermContext, which
-// [Instrumentation.Option] installs), so spans that leader work starts from
-// the term's context nest under it. Because a span is exported only when it
-// ends, a zero-length child "simba.term.elected" is recorded as the term
-// begins: a term shows while it lives, and a leader killed mid-term still
-// left a trace. The term span is linked to the previous term of the same
-// name this Instrumentation saw (link attribute simba.link=previous_term).
-// It ends at the earlier of the moment the engine noticed the end and the
-// session's local deadline (a frozen process notices late, but its term was
-// over at the deadline), with simba.term.detection_delay (seconds between
-// the two). Its attributes are simba.lease.name, simba.term.token and
-// simba.session.id, and simba.revoke.reason once it ends. A term that ends involuntarily (DEADLINE_PASSED, SESSION_EXPIRED,
-// TAKEN_OVER) gets an Error status with the reason as description; a
-// voluntary end (STOPPED, STEPPED_DOWN) leaves the status unset.
+// A term is two spans, because a span is exported only when it ends and a
+// term can last for days or end with the process (ADR 0201):
 //
-// What happens to the session while a term is open is added as span events
-// on every open term span of that session: simba.session.suspended (with
-// the error), simba.session.lease_shortened (granted time and new renewal
-// period), simba.session.expired and simba.session.deadline_passed.
+//   - "simba.term.elected": the root of the term's trace, zero-length at the
+//     term's start, exported at once. It is put into the term's context
+//     (through session.WithTermContext, which [Instrumentation.Option]
+//     installs), so spans that leader work starts from that context nest
+//     under a parent that is already exported: the trace reads while the
+//     term lives, and after a kill -9 no exported span lacks its parent.
+//     It links to the previous term's elected span of the same name this
+//     Instrumentation saw (link attribute simba.link=previous_term).
+//   - "simba.term": its child, covering the whole term, recorded when the
+//     term ends. It ends at the earlier of the moment the engine noticed
+//     the end and the session's local deadline (a frozen process notices
+//     late, but its term was over at the deadline), with
+//     simba.term.detection_delay (seconds between the two) and
+//     simba.revoke.reason. A term that ends involuntarily
+//     (DEADLINE_PASSED, SESSION_EXPIRED, TAKEN_OVER) gets an Error status
+//     with the reason as description; a voluntary end (STOPPED,
+//     STEPPED_DOWN) leaves the status unset. A process that dies mid-term
+//     never records it.
+//
+// Both carry simba.lease.name, simba.term.token (a string: tokens are
+// uint64) and simba.session.id.
+//
+// What happens to the session while a term is open is a zero-length child
+// span of every open term's elected span of that session, exported at
+// once: simba.session.suspended (with the error),
+// simba.session.lease_shortened (granted time and new renewal period),
+// simba.session.expired and simba.session.deadline_passed.
 // Opening and closing a backend session are recorded as zero-length spans
 // "simba.session.open" and "simba.session.close" with simba.session.id;
 // a lease shortened while no term is open (the usual case: it is known as

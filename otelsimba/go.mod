@@ -6,6 +6,7 @@ require (
 	github.com/simba-go/simba/deadline v0.1.0
 	github.com/simba-go/simba/election v0.1.0
 	github.com/simba-go/simba/group v0.1.0
+	github.com/simba-go/simba/lock v0.1.0
 	github.com/simba-go/simba/session v0.1.0
 	github.com/simba-go/simba/term v0.1.0
 	go.opentelemetry.io/otel v1.46.0
@@ -36,3 +37,5 @@ replace github.com/simba-go/simba/term => ../term
 
 replace github.com/simba-go/simba/internal => ../internal
 replace github.com/simba-go/simba/group => ../group
+
+replace github.com/simba-go/simba/lock => ../lock

@@ -19,6 +19,7 @@ const (
 	keyReason    = attribute.Key("simba.revoke.reason")
 	keyGranted   = attribute.Key("simba.session.granted")
 	keyRenew     = attribute.Key("simba.session.renew_period")
+	keyLeft      = attribute.Key("simba.term.remaining")
 	keyError     = attribute.Key("error.message")
 	keyDetection = attribute.Key("simba.term.detection_delay")
 	keyLinkKind  = attribute.Key("simba.link")

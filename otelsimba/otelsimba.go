@@ -65,11 +65,13 @@ func WithLeaseNameAttribute() Option { return func(c *config) { c.leaseAttr = tr
 // may serve several sessions; it is safe for concurrent use.
 type Instrumentation struct {
 	tracer    trace.Tracer
+	tp        trace.TracerProvider
 	leaseAttr bool
 	m         instruments
 
 	mu       sync.Mutex
-	spans    map[termKey]trace.Span
+	terms    map[termKey]openTerm         // terms started and not yet ended
+	pending  map[termKey]*pendingSpan     // terms begun whose elected span the listener has not recorded yet
 	last     map[string]trace.SpanContext // the last term span per name, for links
 	observed map[*observed]struct{}
 }
@@ -103,8 +105,10 @@ func New(opts ...Option) (*Instrumentation, error) {
 	}
 	in := &Instrumentation{
 		tracer:    c.tp.Tracer(ScopeName, trace.WithInstrumentationVersion(Version)),
+		tp:        c.tp,
 		leaseAttr: c.leaseAttr,
-		spans:     make(map[termKey]trace.Span),
+		terms:     make(map[termKey]openTerm),
+		pending:   make(map[termKey]*pendingSpan),
 		last:      make(map[string]trace.SpanContext),
 		observed:  make(map[*observed]struct{}),
 	}

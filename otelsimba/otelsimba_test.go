@@ -3,7 +3,10 @@ package otelsimba_test
 import (
 	"context"
 	"errors"
+	"os"
+	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
 	"github.com/simba-go/simba/deadline"
@@ -25,7 +29,12 @@ import (
 	"github.com/simba-go/simba/term"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(crashChild) != "" {
+		crashChildMain() // the process TestKilledLeaderLeavesNoOrphanSpans kills
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // Tests run in a synctest bubble: the engine's real code path on virtual
 // time (see session/session_test.go).
@@ -99,15 +108,33 @@ func (f *fixture) ended(name string) []sdktrace.ReadOnlySpan {
 	return out
 }
 
-// open spans named name (started, not ended).
-func (f *fixture) running(name string) int {
+// living counts the terms begun and not ended: simba.term.elected spans
+// that no simba.term span has for parent yet.
+func (f *fixture) living() int {
+	ended := map[trace.SpanID]bool{}
+	for _, s := range f.ended("simba.term") {
+		ended[s.Parent().SpanID()] = true
+	}
 	n := 0
-	for _, s := range f.spans.Started() {
-		if s.Name() == name && s.EndTime().IsZero() {
+	for _, s := range f.ended("simba.term.elected") {
+		if !ended[s.SpanContext().SpanID()] {
 			n++
 		}
 	}
 	return n
+}
+
+// sessionEvents are the simba.session.* spans recorded under the term whose
+// simba.term span is sp (children of its elected span), in time order.
+func (f *fixture) sessionEvents(sp sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range f.spans.Ended() {
+		if s.Parent().SpanID() == sp.Parent().SpanID() && strings.HasPrefix(s.Name(), "simba.session.") {
+			out = append(out, s)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].StartTime().Before(out[j].StartTime()) })
+	return out
 }
 
 func (f *fixture) collect() metricdata.ResourceMetrics {
@@ -187,10 +214,10 @@ func attr(s sdktrace.ReadOnlySpan, key string) (attribute.Value, bool) {
 	return attribute.Value{}, false
 }
 
-func eventNames(s sdktrace.ReadOnlySpan) []string {
+func names(spans []sdktrace.ReadOnlySpan) []string {
 	var out []string
-	for _, e := range s.Events() {
-		out = append(out, e.Name)
+	for _, s := range spans {
+		out = append(out, s.Name())
 	}
 	return out
 }
@@ -210,12 +237,13 @@ func TestTermLostToSessionExpiredEndsOneSpan(t *testing.T) {
 		e := f.lead(s, "billing")
 		first := e.Term()
 		oldID := s.ID()
-		if got := f.running("simba.term"); got != 1 {
+		if got := f.living(); got != 1 {
 			t.Fatalf("open term spans = %d, want 1", got)
 		}
 
+		advance(2 * time.Second)
 		b.Expire(oldID)
-		advance(5 * time.Second) // the next renewal hears ErrExpired
+		advance(time.Second) // the notice's renewal hears ErrExpired at once (ADR 0228)
 		if first.Valid() {
 			t.Fatal("first term still valid after the backend expired its session")
 		}
@@ -243,14 +271,14 @@ func TestTermLostToSessionExpiredEndsOneSpan(t *testing.T) {
 		if sp.Status().Code != codes.Error || sp.Status().Description != "SESSION_EXPIRED" {
 			t.Fatalf("status = %+v, want Error SESSION_EXPIRED", sp.Status())
 		}
-		if got := eventNames(sp); len(got) != 1 || got[0] != "simba.session.expired" {
-			t.Fatalf("span events = %v, want [simba.session.expired]", got)
+		if got := names(f.sessionEvents(sp)); len(got) != 1 || got[0] != "simba.session.expired" {
+			t.Fatalf("session spans under the term = %v, want [simba.session.expired]", got)
 		}
-		// Elected at open, ended 5s later by the renewal that heard it.
-		if got := sp.EndTime().Sub(sp.StartTime()); got != 5*time.Second {
-			t.Fatalf("term span lasted %v, want 5s", got)
+		// Elected at open, ended 2s later by the renewal the notice sent.
+		if got := sp.EndTime().Sub(sp.StartTime()); got != 2*time.Second {
+			t.Fatalf("term span lasted %v, want 2s", got)
 		}
-		if got := f.running("simba.term"); got != 1 {
+		if got := f.living(); got != 1 {
 			t.Fatalf("open term spans after re-election = %d, want 1 (the new term)", got)
 		}
 
@@ -305,7 +333,7 @@ func TestTermLostToDeadlineCarriesSuspensionEvents(t *testing.T) {
 		if got := f.count("simba.session.suspended"); got != 1 {
 			t.Fatalf("simba.session.suspended = %d, want 1", got)
 		}
-		if got := f.running("simba.term"); got != 1 {
+		if got := f.living(); got != 1 {
 			t.Fatalf("open term spans while suspended = %d, want 1", got)
 		}
 		// The deadline is 14.8s after the last renewal was sent (t=0).
@@ -322,12 +350,12 @@ func TestTermLostToDeadlineCarriesSuspensionEvents(t *testing.T) {
 		if v, _ := attr(sp, "simba.revoke.reason"); v.AsString() != "DEADLINE_PASSED" {
 			t.Fatalf("simba.revoke.reason = %q, want DEADLINE_PASSED", v.AsString())
 		}
-		got := eventNames(sp)
-		if len(got) != 2 || got[0] != "simba.session.suspended" || got[1] != "simba.session.deadline_passed" {
-			t.Fatalf("span events = %v, want [simba.session.suspended simba.session.deadline_passed]", got)
+		evs := f.sessionEvents(sp)
+		if got := names(evs); len(got) != 2 || got[0] != "simba.session.suspended" || got[1] != "simba.session.deadline_passed" {
+			t.Fatalf("session spans under the term = %v, want [simba.session.suspended simba.session.deadline_passed]", got)
 		}
 		var msg string
-		for _, kv := range sp.Events()[0].Attributes {
+		for _, kv := range evs[0].Attributes() {
 			if kv.Key == "error.message" {
 				msg = kv.Value.AsString()
 			}
@@ -505,7 +533,7 @@ func TestSharedAcrossSessions(t *testing.T) {
 			}
 		}
 		synctest.Wait()
-		if got := f.running("simba.term"); got != 0 {
+		if got := f.living(); got != 0 {
 			t.Fatalf("term spans still open after every session closed = %d", got)
 		}
 		ended := f.ended("simba.term")
@@ -589,8 +617,8 @@ func TestRevokedWithoutElectedAndTakenOver(t *testing.T) {
 	if len(ended) != 1 || ended[0].Status().Code != codes.Error || ended[0].Status().Description != "TAKEN_OVER" {
 		t.Fatalf("ended = %v, want one Error span TAKEN_OVER", ended)
 	}
-	if n := len(ended[0].Events()); n != 0 {
-		t.Fatalf("span events = %d, want 0 (the suspension was another session's)", n)
+	if n := len(f.sessionEvents(ended[0])); n != 0 {
+		t.Fatalf("session spans under the term = %d, want 0 (the suspension was another session's)", n)
 	}
 	if got := f.count("simba.term.revoked", reason(term.TakenOver)); got != 2 {
 		t.Fatalf("simba.term.revoked{TAKEN_OVER} = %d, want 2", got)

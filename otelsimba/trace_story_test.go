@@ -126,13 +126,19 @@ func TestHandoverAndFrozenLeaderTrace(t *testing.T) {
 		if len(terms) != 3 {
 			t.Fatalf("term spans = %d, want 3 (a, b, a)", len(terms))
 		}
+		electedByID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+		for _, s := range f.ended("simba.term.elected") {
+			electedByID[s.SpanContext().SpanID()] = s
+		}
 		for i := 1; i < len(terms); i++ {
 			prev, next := terms[i-1], terms[i]
 			if next.StartTime().Before(prev.EndTime()) {
 				t.Errorf("term %d [%v, %v] overlaps term %d starting %v", i-1, prev.StartTime(), prev.EndTime(), i, next.StartTime())
 			}
-			if l := next.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != prev.SpanContext().SpanID() {
-				t.Errorf("term %d links %v, want the previous term %v", i, l, prev.SpanContext().SpanID())
+			// Links join the elected spans, which are always exported.
+			el := electedByID[next.Parent().SpanID()]
+			if l := el.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != prev.Parent().SpanID() {
+				t.Errorf("term %d's elected span links %v, want the previous term's %v", i, l, prev.Parent().SpanID())
 			}
 		}
 		frozen := terms[1]
@@ -151,21 +157,23 @@ func TestHandoverAndFrozenLeaderTrace(t *testing.T) {
 		if got := len(f.ended("simba.term.elected")); got != 3 {
 			t.Fatalf("simba.term.elected spans = %d, want 3", got)
 		}
-		byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+		// A term's work nests under its elected span (exported as the term
+		// began) and falls within the term's simba.term span.
+		termOf := map[trace.SpanID]sdktrace.ReadOnlySpan{}
 		for _, s := range terms {
-			byID[s.SpanContext().SpanID()] = s
+			termOf[s.Parent().SpanID()] = s
 		}
 		works := f.ended("work")
 		if len(works) < 5 {
 			t.Fatalf("work spans = %d, want the task's runs", len(works))
 		}
 		for _, w := range works {
-			parent, ok := byID[w.Parent().SpanID()]
+			tm, ok := termOf[w.Parent().SpanID()]
 			if !ok {
-				t.Fatalf("work span at %v is not under a term span (parent %v)", w.StartTime(), w.Parent().SpanID())
+				t.Fatalf("work span at %v is not under a term's elected span (parent %v)", w.StartTime(), w.Parent().SpanID())
 			}
-			if w.StartTime().Before(parent.StartTime()) || w.StartTime().After(parent.EndTime()) {
-				t.Errorf("work at %v outside its term [%v, %v]", w.StartTime(), parent.StartTime(), parent.EndTime())
+			if w.StartTime().Before(tm.StartTime()) || w.StartTime().After(tm.EndTime()) {
+				t.Errorf("work at %v outside its term [%v, %v]", w.StartTime(), tm.StartTime(), tm.EndTime())
 			}
 		}
 		for _, s := range f.spans.Ended() {

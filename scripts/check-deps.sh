@@ -8,7 +8,7 @@ fail=0
 nonstd=$(cd deadline && go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./... | grep -v '^github.com/simba-go/simba/deadline' || true)
 if [ -n "$nonstd" ]; then echo "deadline depends on more than the standard library: $nonstd"; fail=1; fi
 for m in deadline term internal session election lock group; do
-  bad=$(cd $m && go list -deps ./... | grep -E 'simba/backend-|go.uber.org/fx|go.opentelemetry.io|redis|pgx|go-sql-driver|zookeeper' || true)
+  bad=$(cd $m && go list -deps ./... | grep -E 'simba/backend-|go.uber.org/fx|go.opentelemetry.io|redis|pgx|go-sql-driver|zookeeper|go.etcd.io' || true)
   if [ -n "$bad" ]; then echo "core module $m imports: $bad"; fail=1; fi
 done
 # benchpeers (the peer benchmark) is a leaf: its peers' dependencies must

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds docs/benchmarks.md and docs/spec-coverage.md from the per-module
-# fragments in docs/bench/ and docs/spec-coverage/ (each module's owner
+# Builds docs/benchmarks.md, docs/spec-coverage.md and docs/deployment.md from
+# the per-module fragments in docs/bench/, docs/spec-coverage/ and docs/deployment/ (each module's owner
 # edits its own fragment; `make docs` gathers them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,4 +33,19 @@ HEAD
     sed 's/^# /## /' "$f"
   done
 } > docs/spec-coverage.md
-echo "docs: wrote docs/benchmarks.md and docs/spec-coverage.md"
+{
+  cat <<'HEAD'
+# Deployment: what Simba needs of each server
+
+One table per backend: the server settings Simba relies on, what it checks when it starts, and
+what it refuses (with the error you see). Each backend keeps its own table in
+`docs/deployment/<backend>.md`; `make docs` gathers them here. The tests that hold each row
+against a real server are named in the rows.
+HEAD
+  for f in docs/deployment/*.md; do
+    [ -f "$f" ] || continue
+    echo
+    sed 's/^# /## /' "$f"
+  done
+} > docs/deployment.md
+echo "docs: wrote docs/benchmarks.md, docs/spec-coverage.md and docs/deployment.md"

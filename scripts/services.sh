@@ -59,8 +59,8 @@ wait_port() {
   return 1
 }
 for f in scripts/services/*.sh; do . "$f"; done
-# SIMBA_SERVICES_EXTRA adds optional servers (etcd, for make bench-peers).
-SERVICES=(${SIMBA_SERVICES:-postgres mariadb redis zookeeper docker chromium} ${SIMBA_SERVICES_EXTRA:-})
+# SIMBA_SERVICES_EXTRA adds optional servers.
+SERVICES=(${SIMBA_SERVICES:-postgres mariadb redis zookeeper etcd docker chromium} ${SIMBA_SERVICES_EXTRA:-})
 for s in "${SERVICES[@]}"; do
   if declare -F "${s}_$cmd" >/dev/null; then "${s}_$cmd"; fi
 done

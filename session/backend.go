@@ -44,4 +44,10 @@ var (
 	// for one maximum lease (event BackendQuarantined says how long).
 	// lock.TryAcquire's refusal wraps it.
 	ErrQuarantined = driver.ErrQuarantined
+	// ErrInitUnsafe: a backend's Init refused to skip the first-use
+	// quarantine because records may have been lost recently.
+	ErrInitUnsafe = driver.ErrInitUnsafe
+	// ErrLockDelay: the backend refused a lock-delay (longer than its
+	// WithMaxLockDelay). An attempt's refusal wraps it.
+	ErrLockDelay = driver.ErrLockDelay
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -100,6 +101,17 @@ func (s *Session) opened(sentAt time.Time, r driver.OpenReply) error {
 func (s *Session) regrant(inc *incarnation, remaining time.Duration) {
 	every, shortened := s.cfg.RenewEvery(remaining)
 	s.renewEvery = every
+	inc.margin = s.warn
+	if slack := s.cfg.Validity(remaining) - every; inc.margin >= slack {
+		// The warning would come before the next renewal is even due, and
+		// so before every healthy renewal: New checked the margin against
+		// LeaseDuration - RenewInterval, but a shorter grant (renewed
+		// every third of it, SessionLeaseShortened) or the drift leaves
+		// less. Warn instead halfway from the renewal's due time to the
+		// deadline: a renewal that late is late, and the deadline is
+		// still ahead.
+		inc.margin = max(slack/2, 0)
+	}
 	if inc.nominal > 0 && remaining >= inc.nominal {
 		shortened = false // structural: the backend's rule, not a clamp
 	}
@@ -115,7 +127,56 @@ func (s *Session) armRenew(inc *incarnation, from time.Time) {
 }
 
 func (s *Session) armDeadline(inc *incarnation) {
-	s.after(&inc.deadline, inc.life.Remaining(), func() { s.checkDeadline(inc) })
+	left := inc.life.Remaining()
+	s.after(&inc.deadline, left, func() { s.checkDeadline(inc) })
+	if s.warn > 0 {
+		if left > inc.margin {
+			inc.warned = false // the deadline moved away: warn again when it comes near
+		}
+		s.checkNear(inc)
+	}
+}
+
+// checkNear publishes TermDeadlineNear for each of the incarnation's terms
+// once its deadline is within the warning margin, or arms itself for when
+// it will be (WithDeadlineWarning). Lock held.
+func (s *Session) checkNear(inc *incarnation) {
+	if inc.over || inc.warned {
+		return
+	}
+	left := inc.life.Remaining()
+	if left > inc.margin {
+		s.after(&inc.near, left-inc.margin, func() { s.checkNear(inc) })
+		return
+	}
+	if left <= 0 {
+		return // the deadline check ends the terms
+	}
+	inc.warned = true
+	at := inc.life.at()
+	n, first := 0, ""
+	for _, c := range s.order {
+		if h := c.held; h != nil && h.inc == inc {
+			if len(s.listeners) > 0 {
+				// Not logged one by one: a session of 65,536 partitions
+				// or lock runs would write as many WARN lines each time
+				// a renewal is late. One line below counts them.
+				s.publish(Event{Kind: TermDeadlineNear, Session: inc.id, Name: h.t.Name(), Token: h.t.Token(), Remaining: left, Deadline: at}, false)
+			}
+			if n == 0 {
+				first = h.t.Name()
+			}
+			n++
+		}
+	}
+	if n > 0 && s.log != nil && s.log.Enabled(context.Background(), slog.LevelWarn) {
+		lg, id, state := s.log, inc.id, s.state
+		s.deferFn(func() {
+			lg.LogAttrs(context.Background(), slog.LevelWarn, "simba: "+TermDeadlineNear.String(),
+				slog.String("session", string(id)), slog.String("state", state.String()),
+				slog.Int("terms", n), slog.String("name", first), slog.Duration("remaining", left))
+		})
+	}
 }
 
 // renew sends one renewal for the incarnation.
@@ -123,7 +184,7 @@ func (s *Session) renew(inc *incarnation) {
 	if inc.over || inc.renewing {
 		return
 	}
-	inc.renewing = true
+	inc.renewing, inc.recheck = true, false
 	s.seq++
 	sentSeq := s.seq
 	sentAt := s.env.Now()
@@ -149,6 +210,11 @@ func (s *Session) renew(inc *incarnation) {
 		default:
 			s.renewed(inc, sentAt, sentSeq, reply)
 		}
+		if inc.recheck {
+			// Sent before the delete the notice told of: its reply may
+			// still list the lease.
+			s.renew(inc)
+		}
 	}, nil)
 }
 
@@ -173,7 +239,9 @@ func (s *Session) renewed(inc *incarnation, sentAt time.Time, sentSeq uint64, r 
 		inc.version = r.Version
 	case r.Version != inc.version || inc.owned == nil:
 		// The backend's set moved on without a list: ask for it next time.
+		// The attempts queued while SUSPENDED leave now all the same.
 		inc.version = 0
+		s.pumpAcquire()
 		return
 	case inc.clean == (cleanMark{version: inc.version, heldGen: s.heldGen}):
 		// The owned set is the one last seen in full and no term began or
@@ -221,20 +289,43 @@ func (s *Session) checkOwned(inc *incarnation, sentSeq uint64) {
 	for name := range inc.owned {
 		names = append(names, name)
 	}
-	slices.Sort(names) // a deterministic order, for seeded simulations
+	slices.Sort(names)                // a deterministic order, for seeded simulations
+	var pending map[driver.Lease]bool // the releases queued for inc, read once
 	for _, name := range names {
 		token := inc.owned[name]
 		c := s.claims[name]
 		if c != nil && (c.attempt != 0 || c.held != nil && c.held.inc == inc && c.held.token == token) {
 			continue
 		}
-		if token <= inc.released[name] && s.releasePending(inc, name, token) {
-			continue
+		if token <= inc.released[name] {
+			if pending == nil {
+				pending = s.pendingReleases(inc)
+			}
+			if pending[driver.Lease{Name: name, Token: token}] {
+				continue
+			}
 		}
 		s.release(inc, driver.Lease{Name: name, Token: token}, nil)
 	}
 }
 
+// pendingReleases is the set of releases queued for inc. A set, not a
+// scan per lease: a renewal that lands while a Leave of 65,536 partitions
+// waits in the queue would otherwise scan it once per lease, seconds
+// under the lock (issue 20, item 8).
+func (s *Session) pendingReleases(inc *incarnation) map[driver.Lease]bool {
+	out := make(map[driver.Lease]bool)
+	for _, p := range s.releaseQ {
+		if p.inc == inc {
+			out[p.lease] = true
+		}
+	}
+	return out
+}
+
+// releasePending reports whether the release of name under token is queued
+// for inc. A scan: only a stale "already yours" reply asks, a rare path
+// (pendingReleases is for the renewal that asks once per lease).
 func (s *Session) releasePending(inc *incarnation, name string, token uint64) bool {
 	for _, p := range s.releaseQ {
 		if p.inc == inc && p.lease.Name == name && p.lease.Token == token {
@@ -276,23 +367,37 @@ func (s *Session) checkDeadline(inc *incarnation) {
 // expire ends an incarnation: its terms end with reason, and a new backend
 // session is opened. The old one is closed in the background when its
 // deadline passed (it may still be alive on the backend, holding leases
-// other nodes wait for).
+// other nodes wait for), unless it asked for a lock-delay: its names must
+// then wait out the delay after its expiry, which a Close would skip.
 func (s *Session) expire(inc *incarnation, reason term.RevokeReason) {
 	inc.over = true
 	inc.life.end()
 	s.stopTimer(&inc.renew)
 	s.stopTimer(&inc.deadline)
+	s.stopTimer(&inc.near)
 	if s.inc == inc && s.state != Closed {
 		// Events report the state after them: this backend session is
 		// over and a new one is opened below (issue 12: deadline events
 		// used to say LIVE or SUSPENDED).
 		s.setState(Opening)
+		// Its shortened period, if any, died with it: the calls from now
+		// on (its own Close below, the next Opens) are bounded by the
+		// configuration, not by that period, which only a grant used to
+		// reset (issue 20, item 2: every Open given up after 82 ms).
+		s.renewEvery = s.cfg.RenewInterval
 	}
 	if reason == term.SessionExpired {
 		s.emit(Event{Kind: SessionExpired, Session: inc.id})
 	} else {
 		s.emit(Event{Kind: SessionDeadlinePassed, Session: inc.id})
-		s.closeLater(inc.id)
+		if !inc.delayed {
+			s.closeLater(inc.id)
+		}
+		// else its terms ended without a release, their tasks perhaps
+		// still at work: a Close would free their names at once, skipping
+		// the lock-delay they asked for. The backend session expires by
+		// itself within what is left of its lease, and the delay counts
+		// from there (ADR 0275).
 	}
 	for _, c := range s.order {
 		if c.attempt != 0 {
@@ -364,7 +469,11 @@ func (s *Session) armCandidate() {
 }
 
 // pumpAcquire sends one Acquire for every queued claim, unless one is in
-// flight (its reply sends the next): batches form by themselves.
+// flight (its reply sends the next): batches form by themselves. One
+// Acquire carries one lock-delay, the first queued claim's: a queued claim
+// with another delay stays queued for the next call, whose delay is the
+// first left behind after this call's in increasing order, round to the
+// lowest (ADR 0240, 0275): the delays take turns.
 func (s *Session) pumpAcquire() {
 	inc := s.inc
 	if s.acquiring || s.holdPump || inc == nil || inc.over || s.state != Live || !s.anyQueued {
@@ -375,18 +484,60 @@ func (s *Session) pumpAcquire() {
 	attempt := s.seq
 	s.lastAcquire = attempt
 	var ac *acquireCall
+	turn, delay := s.delayTurn, s.nextDelay
+	s.delayTurn = false
+	if turn {
+		// The delay left behind goes first, if a claim still waits with it.
+		turn = false
+		for _, c := range s.order {
+			if c.queued && c.want && c.held == nil && c.attempt == 0 && c.delay == delay {
+				turn = true
+				break
+			}
+		}
+	}
+	// The delays left behind: the next turn is the first of them after
+	// this call's delay, in increasing order, round to the lowest, so
+	// that with any number of delays each gets a call within as many
+	// calls as there are delays waiting.
+	var above, lowest time.Duration
+	var anyAbove, anyLeft bool
 	for _, c := range s.order {
 		if !c.queued {
 			continue
 		}
-		c.queued = false
 		if c.want && c.held == nil && c.attempt == 0 {
-			if ac == nil {
+			if ac == nil && (!turn || c.delay == delay) {
 				ac = &acquireCall{inc: inc, attempt: attempt}
 				ac.req.Names = ac.one[:0]
+				ac.req.LockDelay = c.delay
+			} else if ac == nil || c.delay != ac.req.LockDelay {
+				// The next call, when this one returns. This call's delay
+				// is the turn's when no call is made yet.
+				s.anyQueued = true
+				this := delay
+				if ac != nil {
+					this = ac.req.LockDelay
+				}
+				if c.delay > this && (!anyAbove || c.delay < above) {
+					above, anyAbove = c.delay, true
+				}
+				if !anyLeft || c.delay < lowest {
+					lowest, anyLeft = c.delay, true
+				}
+				continue
 			}
+			c.queued = false
 			c.attempt = attempt
 			ac.req.Names = append(ac.req.Names, c.name)
+			continue
+		}
+		c.queued = false
+	}
+	if anyLeft {
+		s.delayTurn, s.nextDelay = true, lowest
+		if anyAbove {
+			s.nextDelay = above
 		}
 	}
 	if ac == nil {
@@ -394,6 +545,9 @@ func (s *Session) pumpAcquire() {
 	}
 	s.acquiring = true
 	ac.req.ID = inc.id
+	if ac.req.LockDelay > 0 {
+		inc.delayed = true
+	}
 	names := ac.req.Names
 	var runner chan *inflight // an attempt of one claim alone may run on its blocked caller
 	if len(names) == 1 {
@@ -426,9 +580,18 @@ func (a *acquireCall) reply(timedOut bool) {
 	if !timedOut {
 		failure = a.err
 	}
+	delayRefused := errors.Is(failure, ErrLockDelay)
 	for _, c := range s.order {
 		if c.attempt == attempt && failure != nil {
 			c.attempt = 0
+			if delayRefused {
+				// The backend refuses this delay to every attempt alike (it
+				// is above its WithMaxLockDelay): the claim stops competing
+				// rather than retry at every tick, and says why (ADR 0240).
+				c.want = false
+				c.queued = false
+				s.emit(Event{Kind: LockDelayRefused, Session: inc.id, Name: c.name, ClaimKind: c.kind(), Remaining: c.delay, Err: failure})
+			}
 			if r, ok := c.h.(layer.Refusals); ok {
 				r.Refused(failure)
 			}
@@ -502,7 +665,7 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r d
 			}
 		}
 	}
-	quarantined := s.quarantine(inc, r.Quarantine, attempt == s.lastAcquire)
+	quarantined := s.quarantine(inc, r.Quarantine, r.QuarantineHint, attempt == s.lastAcquire)
 	for _, res := range r.Results {
 		n, asked := answers[res.Name]
 		if !asked {
@@ -543,8 +706,29 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r d
 		}
 		stale := !current || inc.over || inc != s.inc || res.Token <= inc.released[res.Name] || res.Token <= s.tokens[res.Name] || !c.want
 		if stale || inc.life.Remaining() <= 0 {
-			if !inc.over && res.Token > inc.released[res.Name] {
+			switch {
+			case inc.over:
+			case res.Token > inc.released[res.Name]:
 				s.release(inc, driver.Lease{Name: res.Name, Token: res.Token}, nil)
+			case !s.releasePending(inc, res.Name, res.Token):
+				// "Already yours" under a token this session released: that
+				// release did not take (a lost call), and no term may reuse
+				// the token. Released again, or the name stays stuck until
+				// a renewal's owned list notices.
+				s.release(inc, driver.Lease{Name: res.Name, Token: res.Token}, nil)
+			}
+			if current {
+				// The attempt is answered all the same (issue 20, item 3: a
+				// TryAcquire waited for candidate ticks): not won, the
+				// lease being held, by an earlier lease of this session
+				// that is being released; or won too late to use.
+				var why error
+				if inc.life.Remaining() <= 0 && !stale {
+					why = fmt.Errorf("simba: %q granted after the session's local deadline passed", res.Name)
+				}
+				if r, ok := c.h.(layer.Refusals); ok {
+					r.Refused(why)
+				}
 			}
 			continue
 		}
@@ -553,6 +737,13 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r d
 		t, revokeFn := term.New(s.termParent(c, elected), res.Name, res.Token, inc.life)
 		c.setHeld(&held{t: t, revokeFn: revokeFn, token: res.Token, inc: inc, confirmed: confirmed})
 		s.emit(elected)
+		if s.warn > 0 && inc.warned {
+			// Won with the deadline already within the margin: the
+			// warning is per term, and checkNear has published it.
+			if left := inc.life.Remaining(); left > 0 && left <= inc.margin {
+				s.emit(Event{Kind: TermDeadlineNear, Session: inc.id, Name: res.Name, Token: res.Token, Remaining: left, Deadline: inc.life.at()})
+			}
+		}
 		c.h.Won(t)
 	}
 }
@@ -560,10 +751,11 @@ func (s *Session) acquired(inc *incarnation, attempt uint64, names []string, r d
 // release gives a lease back to the backend, carrying its token; done, if
 // not nil, runs with the lock held once the backend answered or the call
 // failed. Lock held.
-func (s *Session) release(inc *incarnation, l driver.Lease, done func()) {
+func (s *Session) release(inc *incarnation, l driver.Lease, done layer.Runner) {
 	if l.Token > inc.released[l.Name] {
 		inc.released[l.Name] = l.Token
 	}
+	s.releaseQueued(l.Name)
 	s.releaseQ = append(s.releaseQ, pendingRelease{inc: inc, lease: l, done: done})
 	s.pumpRelease()
 }
@@ -601,25 +793,56 @@ func (s *Session) pumpRelease() {
 type releaseCall struct {
 	inflight
 	one     [1]driver.Lease // req.Leases of a single lease's release
-	oneDone [1]func()
+	oneDone [1]layer.Runner
 	req     driver.ReleaseRequest
-	dones   []func()
+	dones   []layer.Runner
 }
 
 func (r *releaseCall) op(ctx context.Context) {
 	_ = r.s.b.Release(ctx, r.req) // a failed release is healed by the next renewal's owned list
 }
 
-func (r *releaseCall) reply(bool) {
+func (r *releaseCall) reply(timedOut bool) {
 	s := r.s
 	s.releasing = false
-	for _, d := range r.dones {
-		d()
+	if !timedOut { // else op may still reach the backend: late counts it
+		r.settled()
 	}
+	s.runDones(r.dones)
 	s.pumpRelease()
 }
 
-func (r *releaseCall) late() {}
+// doneChunk is how many release callbacks run in one hold of the lock.
+const doneChunk = 1024
+
+// runDones runs a release's done callbacks with the lock held: at most
+// doneChunk now, the rest in later steps of the delivery loop, each under
+// the lock again (and before anything Close waits for is delivered), so
+// that the release of a large group's 65,536 partitions never holds the
+// lock for long (issue 20, item 8). Lock held.
+func (s *Session) runDones(dones []layer.Runner) {
+	n := min(len(dones), doneChunk)
+	for _, d := range dones[:n] {
+		d.Run()
+	}
+	if rest := dones[n:]; len(rest) > 0 {
+		s.deferFn(func() {
+			s.mu.Lock()
+			s.runDones(rest)
+			s.mu.Unlock()
+		})
+	}
+}
+
+func (r *releaseCall) late() { r.settled() }
+
+// settled counts the call's releases done, so that their names' token
+// entries may be forgotten once retired (ADR 0295). Lock held.
+func (r *releaseCall) settled() {
+	for _, l := range r.req.Leases {
+		r.s.releaseDone(l.Name)
+	}
+}
 
 // notice answers a release notice from the backend with an attempt.
 func (s *Session) notice(n Notice) {
@@ -635,7 +858,19 @@ func (s *Session) notice(n Notice) {
 				c.queue()
 			}
 		}
-	} else if c := s.claims[n.Name]; c != nil && c.want && c.held == nil {
+	} else if c := s.claims[n.Name]; c != nil && c.held != nil {
+		// A notice for a name this session holds: its lease was deleted
+		// by someone else (an operator's `etcdctl lease revoke` or `del`,
+		// a DEL on Redis) while the term still runs on this process's
+		// clock. Renew at once instead of at the next tick: the reply ends
+		// the term (the lease is no longer listed, or the session is
+		// gone), a round trip after the candidates hear of it rather than
+		// up to a renewal interval later (docs/adr/0228).
+		if c.held.inc.renewing {
+			c.held.inc.recheck = true
+		}
+		s.renew(c.held.inc)
+	} else if c != nil && c.want && c.held == nil {
 		if c.paced {
 			s.pacedNotice(c)
 		} else {
@@ -692,7 +927,7 @@ func (s *Session) answerNoticed() {
 // late reply of an abandoned one is old news, which must neither end the
 // quarantine current replies announce nor start one. A quarantine never
 // lengthens a term: it only refuses grants.
-func (s *Session) quarantine(inc *incarnation, d time.Duration, latest bool) error {
+func (s *Session) quarantine(inc *incarnation, d time.Duration, hint string, latest bool) error {
 	if d <= 0 {
 		if latest {
 			s.quarantined = false
@@ -700,6 +935,9 @@ func (s *Session) quarantine(inc *incarnation, d time.Duration, latest bool) err
 		return nil
 	}
 	err := fmt.Errorf("%w: no lease for %v more", ErrQuarantined, d)
+	if hint != "" {
+		err = fmt.Errorf("%w: %s", err, hint)
+	}
 	if latest && !s.quarantined {
 		s.quarantined = true
 		s.emit(Event{Kind: BackendQuarantined, Session: inc.id, Remaining: d, Err: err})

@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/simba-go/simba/term"
@@ -50,10 +51,26 @@ const (
 	// before the loss overlaps a new one. Published once per quarantine the
 	// session sees; Err wraps ErrQuarantined.
 	BackendQuarantined
+	// TermDeadlineNear: the term's local deadline is within the margin of
+	// WithDeadlineWarning (Name, Token, Remaining: the time left, Deadline):
+	// renewals have not come in time, and the term ends with
+	// DEADLINE_PASSED at Deadline unless one does. Published once per term
+	// and deadline to listeners; the session's logger gets one WARN line
+	// per deadline counting the terms (terms=N, the first one's name), not
+	// one per term.
+	TermDeadlineNear
+	// LockDelayRefused: the backend refused the lock-delay a claim asks
+	// for (election.WithLockDelay, lock.WithLockDelay) because it is above
+	// the backend's WithMaxLockDelay (Name, ClaimKind, Remaining: the delay
+	// asked for; Err wraps ErrLockDelay and names the maximum). The claim
+	// stops competing: an election stops (Status STOPPED), a lock's Acquire
+	// or TryAcquire returns Err. A configuration error, logged at ERROR.
+	LockDelayRefused
 )
 
 var kindNames = [...]string{"", "SessionOpened", "SessionRenewed", "SessionSuspended", "SessionDeadlinePassed",
-	"SessionExpired", "SessionClosed", "SessionLeaseShortened", "TermElected", "TermRevoked", "BackendContractViolation", "BackendQuarantined"}
+	"SessionExpired", "SessionClosed", "SessionLeaseShortened", "TermElected", "TermRevoked", "BackendContractViolation", "BackendQuarantined", "TermDeadlineNear",
+	"LockDelayRefused"}
 
 // String returns the kind's name, such as "SessionLeaseShortened".
 func (k EventKind) String() string {
@@ -75,13 +92,15 @@ type Event struct {
 	// State is the session's state after the event.
 	State State
 	// Remaining is the time granted by the backend (SessionOpened,
-	// SessionRenewed, SessionLeaseShortened).
+	// SessionRenewed, SessionLeaseShortened), or the lock-delay asked for
+	// (LockDelayRefused).
 	Remaining time.Duration
 	// RenewEvery is the renewal period in force after the event.
 	RenewEvery time.Duration
-	// Name and Token identify the term (TermElected, TermRevoked).
+	// Name and Token identify the term (TermElected, TermRevoked). The
+	// token is a string in JSON, as everywhere (ADR 0196).
 	Name  string
-	Token uint64
+	Token uint64 `json:",string"`
 	// ClaimKind is what the term belongs to, as its claim's [Describer]
 	// names it ("election", "lock", ...; TermElected, TermRevoked), empty
 	// if the claim does not describe itself.
@@ -99,8 +118,9 @@ type Event struct {
 
 // A Listener receives events. It is called with no lock held but in the
 // order events happen, on the session's delivery loop: it must return
-// quickly and must not wait for the session (Close from a Listener would
-// wait for the loop that is running it).
+// quickly, since nothing else is delivered meanwhile. A blocking call made
+// from it (Session.Close, an election's Stop) starts its work and returns
+// ErrWouldBlockSelf instead of waiting for the loop it holds up.
 type Listener func(Event)
 
 // LogEvents returns a Listener that logs events through l: errors for
@@ -122,9 +142,9 @@ func eventLevel(e Event) slog.Level {
 	switch e.Kind {
 	case SessionRenewed:
 		return slog.LevelDebug
-	case SessionSuspended, SessionDeadlinePassed, SessionExpired, SessionLeaseShortened, BackendQuarantined:
+	case SessionSuspended, SessionDeadlinePassed, SessionExpired, SessionLeaseShortened, BackendQuarantined, TermDeadlineNear:
 		return slog.LevelWarn
-	case BackendContractViolation:
+	case BackendContractViolation, LockDelayRefused:
 		return slog.LevelError
 	case TermElected, TermRevoked:
 		if e.ClaimKind == "lock" {
@@ -140,7 +160,7 @@ func logEvent(l *slog.Logger, e Event) {
 	attrs := []slog.Attr{slog.String("session", string(e.Session)), slog.String("state", e.State.String())}
 	switch e.Kind {
 	case TermElected, TermRevoked:
-		attrs = append(attrs, slog.String("name", e.Name), slog.Uint64("token", e.Token))
+		attrs = append(attrs, slog.String("name", e.Name), slog.String("token", strconv.FormatUint(e.Token, 10)))
 		if e.ClaimKind != "" {
 			attrs = append(attrs, slog.String("kind", e.ClaimKind))
 		}
@@ -153,6 +173,10 @@ func logEvent(l *slog.Logger, e Event) {
 		attrs = append(attrs, slog.Duration("remaining", e.Remaining), slog.Duration("renew_every", e.RenewEvery))
 	case BackendQuarantined:
 		attrs = append(attrs, slog.Duration("remaining", e.Remaining))
+	case TermDeadlineNear:
+		attrs = append(attrs, slog.String("name", e.Name), slog.String("token", strconv.FormatUint(e.Token, 10)), slog.Duration("remaining", e.Remaining))
+	case LockDelayRefused:
+		attrs = append(attrs, slog.String("name", e.Name), slog.String("kind", e.ClaimKind), slog.Duration("lock_delay", e.Remaining))
 	}
 	if e.Err != nil {
 		attrs = append(attrs, slog.Any("err", e.Err))

@@ -15,10 +15,12 @@ import (
 // Close takes none, and Go has no other way to tell "this goroutine is the
 // callback Close would wait for": for those calls only, the goroutines
 // running user callbacks and leader tasks are marked with their goroutine
-// id, read from the stack header (about a microsecond). Nothing on the
-// engine's own paths is marked (deferred effects, events, backend calls,
-// callbacks of elections without a user listener, such as a lock's), and
-// the id is read back only while some goroutine is marked.
+// id, read from the stack header (about a microsecond), and so is the
+// delivery loop's goroutine while it runs effects (whatever executor runs a
+// callback inline there, ADR 0183). Nothing else on the engine's own paths
+// is marked (backend calls, a drain with nothing to deliver, callbacks of
+// elections without a user listener, such as a lock's), and the id is read
+// back only while some goroutine is marked.
 // docs/adr/0070-exact-self-wait.md explains the choice.
 func goid() uint64 {
 	var buf [64]byte

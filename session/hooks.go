@@ -29,12 +29,13 @@ func (h hooks) Claim(name string, ch layer.ClaimHandler) (layer.Claim, error) {
 	return c, nil
 }
 
-func (h hooks) Do(f func())                           { h.s.do(f) }
-func (h hooks) DoWait(ctx context.Context, f func())  { h.s.doWait(ctx, f) }
-func (h hooks) Defer(f func())                        { h.s.deferFn(f) }
-func (h hooks) Go(owner any, f func())                { h.s.goOwn(owner, f) }
-func (h hooks) Hold() func()                          { return h.s.hold() }
-func (h hooks) Inside(owner any, loop bool, f func()) { h.s.runInside(owner, loop, f) }
+func (h hooks) Do(f func())                                   { h.s.do(f) }
+func (h hooks) DoWait(ctx context.Context, f func())          { h.s.doWait(ctx, f) }
+func (h hooks) DoWaitRun(ctx context.Context, r layer.Runner) { h.s.doWait(ctx, r.Run) }
+func (h hooks) Defer(f func())                                { h.s.deferFn(f) }
+func (h hooks) Go(owner any, f func())                        { h.s.goOwn(owner, f) }
+func (h hooks) Hold() func()                                  { return h.s.hold() }
+func (h hooks) Inside(owner any, loop bool, f func())         { h.s.runInside(owner, loop, f) }
 
 func (h hooks) WaitRunning(ctx context.Context, name string, stop <-chan struct{}) {
 	h.s.waitRunning(ctx, name, stop)
@@ -50,6 +51,9 @@ func (h hooks) AfterFunc(d time.Duration, f func()) func() bool {
 
 func (h hooks) Now() time.Time  { return h.s.env.Now() }
 func (h hooks) Jitter() float64 { return h.s.env.Jitter() }
+
+// LiveSince: since is when the state last changed (setState). Lock held.
+func (h hooks) LiveSince() (since time.Time, live bool) { return h.s.since, h.s.state == Live }
 
 // WantAll is Want(true) for every claim of cs, all registered on this
 // session: the attempts of claims not yet holding a lease leave in one

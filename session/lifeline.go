@@ -56,6 +56,10 @@ func (l *lifeline) extend(d time.Time) bool {
 	return true
 }
 
+// AfterFunc runs f after d on the session's clock: a lifeline is a
+// term.Timer, so a term's ContextBefore follows the engine's clock.
+func (l *lifeline) AfterFunc(d time.Duration, f func()) func() bool { return l.env.AfterFunc(d, f) }
+
 // end ends the lifeline at once (the session expired or was closed).
 func (l *lifeline) end() {
 	l.mu.Lock()

@@ -96,3 +96,47 @@ func TestLonePacedNoticeIsAnsweredAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// A holder told that its own lease is free (its session ended at the
+// server by someone else: an operator's `etcdctl lease revoke`) renews at
+// once and ends the term, without waiting for its next renewal tick: the
+// candidates heard the same notice and take the name in a round trip.
+func TestNoticeForAHeldNameRenewsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, deadline.Config{})
+		_, r := f.claim("x")
+		if ts := r.terms(); len(ts) != 1 || !ts[0].Valid() {
+			t.Fatal("the claim did not win")
+		}
+		f.b.Expire(f.s.ID())
+		synctest.Wait() // no time passes: the notice, not a tick, ends the term
+		if ts := r.terms(); ts[0].Valid() {
+			t.Fatal("the term is still valid after its session ended at the server and the holder was told")
+		}
+		if l := r.losses(); len(l) != 1 || l[0].reason != term.SessionExpired {
+			t.Fatalf("losses %+v, want one SESSION_EXPIRED", l)
+		}
+	})
+}
+
+// The notice comes while a renewal sent before the delete is in flight:
+// that reply still lists the lease, so the holder renews again when it
+// ends instead of waiting for its next tick.
+func TestNoticeDuringARenewalRenewsAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := deadline.Config{}.WithDefaults()
+		f := newFixture(t, deadline.Config{})
+		_, r := f.claim("x")
+		if ts := r.terms(); len(ts) != 1 || !ts[0].Valid() {
+			t.Fatal("the claim did not win")
+		}
+		f.b.SetReplyDelay(100 * time.Millisecond)
+		advance(cfg.RenewInterval + 10*time.Millisecond) // the tick's renewal took effect; its reply is delayed
+		f.b.Expire(f.s.ID())
+		f.b.SetReplyDelay(0)
+		advance(200 * time.Millisecond) // the delayed reply, then the second renewal
+		if ts := r.terms(); ts[0].Valid() {
+			t.Fatal("the term is still valid: the renewal in flight at the notice answered for it until the next tick")
+		}
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/simba-go/simba/internal/layer"
+	"github.com/simba-go/simba/session/driver"
 )
 
 // WatchNotices calls fn for every release notice the backend pushes to the
@@ -15,7 +16,8 @@ import (
 // is a hint and may cover only names the session itself competes for, so a
 // watcher still polls.
 func (s *Session) WatchNotices(fn func(Notice)) (stop func(), ok bool) {
-	if s.unsub == nil {
+	// The backend, not s.unsub: a deferred session subscribes only on Start.
+	if _, ok := s.b.(driver.Broadcaster); !ok {
 		return func() {}, false
 	}
 	key := &fn
@@ -62,7 +64,7 @@ func (s *Session) StateSince() (State, time.Duration) {
 func (s *Session) termParent(c *claim, elected Event) context.Context {
 	// The marker says whose term it is (self-waits); the engine lets the
 	// layers built on the session find it from the term's context.
-	ctx := layer.WithEngine(context.WithValue(s.root, markerKey{}, c), hooks{s})
+	ctx := layer.WithEngineValue(s.root, hooks{s}, markerKey{}, c)
 	if s.termCtx != nil {
 		elected.Time = s.env.Now()
 		if d := s.termCtx(ctx, elected); d != nil && d.Value(markerKey{}) == c {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/simba-go/simba/deadline"
 )
@@ -20,7 +21,40 @@ type options struct {
 	noLog     bool
 	owner     Owner
 	termCtx   func(context.Context, Event) context.Context
+	// deferStart: New does no I/O; Start subscribes and opens.
+	deferStart bool
+	// warnMargin: TermDeadlineNear this long before the local deadline.
+	warnMargin time.Duration
 }
+
+// WithDeadlineWarning publishes a [TermDeadlineNear] event for each term
+// of the session when its local deadline comes within margin, that is
+// when renewals have not come in time: a warning while the terms are still
+// valid, to listeners and OTel, before TermRevoked with DEADLINE_PASSED.
+// It is computed on the same monotonic deadline as term.Valid and never
+// comes later than the deadline. It is published again after a renewal
+// that moved the deadline away, if the deadline comes near again. New
+// refuses a margin that is not positive or not below LeaseDuration -
+// RenewInterval (it would fire between healthy renewals). A margin at
+// least the slack of the grant in force (the time from the next renewal's
+// due moment to the deadline: less on a grant the backend shortened,
+// SessionLeaseShortened, and a little less than that bound on a full one,
+// by the drift) is replaced by half that slack for the grant, so that the
+// warning never comes before every healthy renewal and still comes before
+// the deadline (ADR 0234). Code that writes should use term.ContextBefore,
+// which ends margin before the deadline whatever the grant.
+func WithDeadlineWarning(margin time.Duration) Option {
+	return func(o *options) { o.warnMargin = margin }
+}
+
+// WithDeferredStart makes [New] build the session without touching the
+// backend: no subscription, no Open, until [Session.Start]. For
+// frameworks whose constructors must do no I/O (fx: the session opens in a
+// start hook, after the backend's own hooks have created its schema).
+// Elections and groups may be started on it meanwhile; they wait, as on a
+// session that is still opening. [Open] starts the session anyway: it
+// opens.
+func WithDeferredStart() Option { return func(o *options) { o.deferStart = true } }
 
 // WithIdentity names the process behind the session for people and tools
 // that ask who holds a lease (the default is hostname/pid), with optional

@@ -48,11 +48,12 @@ type Session struct {
 	log       *slog.Logger // the event log, nil when off
 	listeners []Listener
 	termCtx   func(context.Context, Event) context.Context
+	warn      time.Duration // WithDeadlineWarning's margin; zero: none
 	root      context.Context
 	cancel    context.CancelFunc
 	inside    goroutines // goroutines running user callbacks and tasks (for calls without a context)
 	callsHere bool       // the Env runs backend calls as plain goroutines, so doWait may run one itself
-	wg        sync.WaitGroup
+	wg        counter
 	ready     chan struct{} // closed when the first backend session is open
 	closed    chan struct{}
 
@@ -66,7 +67,9 @@ type Session struct {
 	heldGen     uint64 // moves whenever a claim's held lease changes (claim.setHeld)
 	claims      map[string]*claim
 	tokens      map[string]uint64 // highest token of any term made per name: a later term's must exceed it
-	order       []*claim          // claims in registration order, for deterministic batches
+	retiring    forgetting        // bounds tokens and the incarnations' released (ADR 0295)
+	order       []*claim          // claims in registration order, for deterministic batches; dropped ones until compactOrder
+	dropped     int               // dropped claims still in order
 	openFails   int
 	quarantined bool   // the latest Acquire's reply announced a quarantine (BackendQuarantined published)
 	lastAcquire uint64 // the attempt of the latest Acquire sent
@@ -81,15 +84,22 @@ type Session struct {
 	openRetry   timer     // the next Open after a failed one
 	effects     []func()
 	draining    bool
-	queued      uint64     // effects deferred so far
-	delivered   uint64     // effects run so far: the delivery loop's progress
-	progress    *sync.Cond // on mu: delivered moved
+	effectsHeld bool // effects are pending: the delivery loop holds wg until it has run them all
 	unsub       func()
+	started     bool        // Start has subscribed and opened
+	startMu     sync.Mutex  // serialises Start (its Subscribe runs without mu)
 	here        bool        // doWait is running f: the first backend call f makes may run on its caller's goroutine
 	hereCall    *inflight   // that call, run by doWait once the lock is released
 	calls       []*inflight // backend calls in flight, in the order sent, for the watchdog
 	watchdog    timer       // armed for the earliest timeout of calls (startCall)
 	watchAt     time.Time   // when the watchdog fires
+
+	// delayTurn: the last Acquire left claims of other lock-delays
+	// queued; nextDelay's go next (the first delay after the last call's,
+	// round to the lowest), so that streams of some delays' attempts
+	// cannot starve another's.
+	delayTurn bool
+	nextDelay time.Duration
 
 	watchMu  sync.Mutex
 	watchers map[*func(Notice)]struct{} // see WatchNotices
@@ -107,8 +117,17 @@ type incarnation struct {
 	nominal   time.Duration     // OpenReply.Nominal, if valid: grants this long are structural, not shortened
 	over      bool
 	renewing  bool
+	recheck   bool // a notice for a held name came during a renewal: renew again when it ends (ADR 0228)
 	renew     timer
 	deadline  timer
+	near      timer         // WithDeadlineWarning's check, at deadline - margin
+	warned    bool          // TermDeadlineNear published for the deadline in force
+	margin    time.Duration // the warning's margin for the grant in force (regrant)
+	// delayed: an Acquire with a lock-delay was sent under it, so it may
+	// hold a lease whose name must wait out the delay if it ends without
+	// a release: when its deadline passes it is left to expire, not
+	// closed (a Close skips the delay; ADR 0275).
+	delayed bool
 }
 
 // cleanMark is the owned-set version and heldGen at which checkOwned last
@@ -122,7 +141,7 @@ type cleanMark struct {
 type pendingRelease struct {
 	inc   *incarnation
 	lease driver.Lease
-	done  func()
+	done  layer.Runner // nil: none
 }
 
 // timer is an engine timer; its stop function is nil when not armed.
@@ -144,6 +163,9 @@ func New(b Backend, opts ...Option) (*Session, error) {
 	}
 	if err := o.cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if m, c := o.warnMargin, o.cfg.WithDefaults(); m != 0 && (m < 0 || m >= c.LeaseDuration-c.RenewInterval) {
+		return nil, fmt.Errorf("simba: WithDeadlineWarning(%v): the margin must be positive and below LeaseDuration - RenewInterval (%v), or it fires between healthy renewals", m, c.LeaseDuration-c.RenewInterval)
 	}
 	if o.owner.Identity == "" && len(o.owner.Metadata) == 0 {
 		o.owner.Identity = defaultIdentity()
@@ -175,6 +197,7 @@ func New(b Backend, opts ...Option) (*Session, error) {
 		closed:    make(chan struct{}),
 		state:     Opening,
 		termCtx:   o.termCtx,
+		warn:      o.warnMargin,
 		watchers:  make(map[*func(Notice)]struct{}),
 		claims:    make(map[string]*claim),
 		tokens:    make(map[string]uint64),
@@ -183,20 +206,55 @@ func New(b Backend, opts ...Option) (*Session, error) {
 	layer.Bind(&s.link, hooks{s})
 	s.since = s.env.Now()
 	s.renewEvery = s.cfg.RenewInterval
-	s.progress = sync.NewCond(&s.mu)
-	if bc, ok := b.(driver.Broadcaster); ok {
-		unsub, err := bc.Subscribe(s.notice)
+	if o.deferStart {
+		return s, nil
+	}
+	if err := s.Start(); err != nil {
+		cancel()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Start subscribes to the backend's release notices (if it broadcasts)
+// and starts opening the backend session in the background. [New] calls
+// it, unless the session was built [WithDeferredStart]; later calls do
+// nothing. After Close it wraps ErrClosed, whether or not the session was
+// started before.
+func (s *Session) Start() error {
+	s.startMu.Lock()
+	defer s.startMu.Unlock()
+	s.mu.Lock()
+	closed := s.state == Closed
+	s.mu.Unlock()
+	if closed { // started or not: a caller must not go on with a closed session
+		return fmt.Errorf("simba: start session: %w", ErrClosed)
+	}
+	if s.started {
+		return nil
+	}
+	var unsub func()
+	if bc, ok := s.b.(driver.Broadcaster); ok {
+		var err error
+		unsub, err = bc.Subscribe(s.notice)
 		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("simba: subscribe to release notices: %w", err)
+			return fmt.Errorf("simba: subscribe to release notices: %w", err)
 		}
-		s.unsub = unsub
 	}
 	s.mu.Lock()
+	if s.state == Closed {
+		s.mu.Unlock()
+		if unsub != nil {
+			unsub()
+		}
+		return fmt.Errorf("simba: start session: %w", ErrClosed)
+	}
+	s.started = true
+	s.unsub = unsub
 	s.open()
 	s.mu.Unlock()
 	s.drain()
-	return s, nil
+	return nil
 }
 
 // Open starts a session on b and waits until the backend has granted it,
@@ -204,6 +262,12 @@ func New(b Backend, opts ...Option) (*Session, error) {
 func Open(ctx context.Context, b Backend, opts ...Option) (*Session, error) {
 	s, err := New(b, opts...)
 	if err != nil {
+		return nil, err
+	}
+	// Open opens, WithDeferredStart or not (Start does nothing the second
+	// time): waiting for a Start nobody will call would only end with ctx.
+	if err := s.Start(); err != nil {
+		_ = s.Close()
 		return nil, err
 	}
 	select {
@@ -255,10 +319,14 @@ func (s *Session) Remaining() time.Duration {
 }
 
 // Close ends the session: every term ends with STOPPED, the backend session
-// is closed at once (which releases every lease), and Close waits until
+// is closed at once (which releases every lease; but one whose local
+// deadline has already passed and that asked for a lock-delay is left to
+// expire, so that the delay of terms that ended without a release
+// counts), and Close waits until
 // the last callback has been delivered and every goroutine the session
 // started has returned. Called from a callback or a leader task, it does not
-// wait (that would be waiting for itself) and returns ErrWouldBlockSelf.
+// wait (that would be waiting for itself) and returns ErrWouldBlockSelf; a
+// Close made afterwards from elsewhere waits for what that one could not.
 //
 // The leases go at once, as the contract says, so another node may start
 // leading while this node's tasks are still returning: their terms are
@@ -277,6 +345,9 @@ func (s *Session) Close() error {
 			return ErrWouldBlockSelf
 		}
 		<-s.closed
+		// The first Close may have been made from a callback, which could
+		// not wait: this one waits for what it left (issue 20, item 4).
+		s.wg.Wait()
 		return nil
 	}
 	s.setState(Closed)
@@ -287,6 +358,7 @@ func (s *Session) Close() error {
 	if len(s.calls) == 0 {
 		s.stopTimer(&s.watchdog) // else the last call's reply stops it (forget)
 	}
+	s.compactOrder() // the claims dropped before Close hear nothing of it
 	for _, c := range s.order {
 		c.want = false
 		c.attempt = 0
@@ -297,22 +369,29 @@ func (s *Session) Close() error {
 		}
 		c.h.Closed()
 	}
+	// A backend session whose local deadline has passed (its deadline
+	// timer has not run yet: the process woke from a pause into Close)
+	// holds terms that ended without a release: if it asked for a
+	// lock-delay, it is left to expire, as expire would have, since a
+	// Close would skip the delay (ADR 0275).
+	leave := inc != nil && inc.delayed && inc.life.Remaining() <= 0
 	if inc != nil {
 		inc.over = true
 		inc.life.end()
 		s.stopTimer(&inc.renew)
 		s.stopTimer(&inc.deadline)
+		s.stopTimer(&inc.near)
 		s.inc = nil // ID is empty once Closed
 		s.emit(Event{Kind: SessionClosed, Session: inc.id})
 	} else {
 		s.emit(Event{Kind: SessionClosed})
 	}
-	caused := s.queued // the callbacks and events this Close caused end here
+	unsub := s.unsub // set by Start under mu
 	s.mu.Unlock()
 	s.drain()
 
 	var err error
-	if inc != nil {
+	if inc != nil && !leave {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RenewInterval)
 		if e := s.b.Close(ctx, inc.id); e != nil && !errors.Is(e, ErrExpired) && !errors.Is(e, ErrClosed) {
 			err = fmt.Errorf("simba: close session %s: %w", inc.id, e)
@@ -320,21 +399,18 @@ func (s *Session) Close() error {
 		cancel()
 	}
 	s.cancel()
-	if s.unsub != nil {
-		s.unsub()
+	if unsub != nil {
+		unsub()
 	}
 	if self {
 		close(s.closed)
 		return errors.Join(err, ErrWouldBlockSelf)
 	}
 	// Another goroutine may be running the delivery loop (drain returned at
-	// once): wait until it has delivered what this Close caused, so that
-	// every OnRevoked is queued (and held) before waiting for the holds.
-	s.mu.Lock()
-	for s.delivered < caused {
-		s.progress.Wait()
-	}
-	s.mu.Unlock()
+	// once), and replies still in flight may queue more effects (a release's
+	// OnRevoked): pending effects hold wg until the loop has run them, and
+	// an effect that hands a callback to an executor holds it in turn, so
+	// wg is zero only once every callback of every term has been delivered.
 	s.wg.Wait()
 	close(s.closed)
 	return err
@@ -386,7 +462,10 @@ func (s *Session) publish(e Event, logs bool) {
 // holding the lock.
 func (s *Session) deferFn(f func()) {
 	s.effects = append(s.effects, f)
-	s.queued++
+	if !s.effectsHeld {
+		s.effectsHeld = true
+		s.wg.Add(1) // until the loop has run every effect (drain): Close waits for it
+	}
 }
 
 // do runs f with the engine's lock held, then runs what f deferred. It is
@@ -428,15 +507,26 @@ func (s *Session) doWait(ctx context.Context, f func()) {
 // goroutine runs it at a time (the first to release the lock with effects
 // pending; no goroutine hop); an effect that re-enters the engine leaves
 // its own effects to the loop already running, so order is kept and
-// nothing recurses. delivered counts its progress, for Close to wait on
-// what it caused when another goroutine runs the loop.
+// nothing recurses. While effects are pending they hold the session's wait
+// group (deferFn), so that Close, which waits for it, also waits for
+// effects that replies queue behind a loop another goroutine is running.
 func (s *Session) drain() {
 	s.mu.Lock()
-	if s.draining {
+	if s.draining || len(s.effects) == 0 {
 		s.mu.Unlock()
 		return
 	}
 	s.draining = true
+	s.mu.Unlock()
+	// The goroutine running the loop is marked as the loop while it runs
+	// effects: whatever runs user code from here (a Listener, an executor
+	// that runs a callback inline, Direct or not) is then known to be on
+	// the loop, and a blocking call made from it does not wait for the loop
+	// it holds up (issue 20, item 1; ADR 0183). Once per drain with
+	// effects, never on a call with none (a lock's acquire and release).
+	loop := s.inside.enter(mark{loop: true})
+	defer s.inside.exit(loop)
+	s.mu.Lock()
 	for len(s.effects) > 0 {
 		f := s.effects[0]
 		s.effects[0] = nil
@@ -444,11 +534,13 @@ func (s *Session) drain() {
 		s.mu.Unlock()
 		f()
 		s.mu.Lock()
-		s.delivered++
-		s.progress.Broadcast()
 	}
 	s.effects = nil
 	s.draining = false
+	if s.effectsHeld {
+		s.effectsHeld = false
+		s.wg.Done()
+	}
 	s.mu.Unlock()
 }
 

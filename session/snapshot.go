@@ -1,9 +1,11 @@
 package session
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/simba-go/simba/internal/layer"
+	"github.com/simba-go/simba/internal/tokenjson"
 )
 
 // Duration is a time.Duration that encodes as text ("1.5s") in JSON.
@@ -32,11 +34,26 @@ type Snapshot struct {
 // Entry is one lease, election, lock or group registered on the session.
 type Entry struct {
 	Name      string   `json:"name"`
-	Kind      string   `json:"kind"`             // "election", "lock", ... or "claim"
-	Status    string   `json:"status,omitempty"` // e.g. an election's LEADER
-	Token     uint64   `json:"token,omitempty"`  // the current term's, if one is held
-	Valid     bool     `json:"valid"`            // a valid term is held
+	Kind      string   `json:"kind"`                   // "election", "lock", ... or "claim"
+	Status    string   `json:"status,omitempty"`       // e.g. an election's LEADER
+	Token     uint64   `json:"token,omitempty,string"` // the current term's, if one is held; a string in JSON (ADR 0196)
+	Valid     bool     `json:"valid"`                  // a valid term is held
 	Remaining Duration `json:"remaining,omitempty"`
+}
+
+// UnmarshalJSON reads the token as a string or, as v0.1.0 wrote it, a
+// number.
+func (e *Entry) UnmarshalJSON(b []byte) error {
+	type plain Entry
+	w := struct {
+		*plain
+		Token tokenjson.Token `json:"token"`
+	}{plain: (*plain)(e), Token: tokenjson.Token(e.Token)}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	e.Token = uint64(w.Token)
+	return nil
 }
 
 // Snapshot returns the session's state and one entry per registered claim.
@@ -49,6 +66,9 @@ func (s *Session) Snapshot() Snapshot {
 		snap.Remaining = Duration(s.inc.life.Remaining())
 	}
 	for _, c := range s.order {
+		if c.dropped {
+			continue
+		}
 		e := Entry{Name: c.name, Kind: "claim"}
 		if d, ok := c.h.(layer.Describer); ok {
 			e.Kind, e.Status = d.Describe()

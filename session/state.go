@@ -31,3 +31,15 @@ func (s State) String() string {
 
 // MarshalText encodes the state as its name.
 func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText decodes a state's name, so that a [Snapshot] written as
+// JSON reads back.
+func (s *State) UnmarshalText(b []byte) error {
+	for i, n := range stateNames {
+		if i > 0 && n == string(b) {
+			*s = State(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("simba: unknown session state %q", b)
+}

@@ -17,7 +17,6 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/testcontainers/testcontainers-go"
 	tcexec "github.com/testcontainers/testcontainers-go/exec"
-	tclog "github.com/testcontainers/testcontainers-go/log"
 )
 
 // Label marks every container simbatest starts, for a sweep after a killed
@@ -27,7 +26,7 @@ import (
 const Label = "org.simba-go.simbatest"
 
 // ImageEnv names the variable that, when set, makes every container run
-// that image, which must hold Debian's packages of all four servers.
+// that image, which must hold Debian's packages of all five servers.
 const ImageEnv = "SIMBA_TEST_IMAGE"
 
 // ErrNotReady is returned (wrapped) when a server does not answer in time.
@@ -69,12 +68,14 @@ func WithDebianImage(image string) Option {
 // WithVersion picks the official image's tag (default: see each server).
 func WithVersion(tag string) Option { return func(c *config) { c.version = tag } }
 
-// WithCluster starts three nodes: a three-master Redis Cluster, or a
-// three-node ZooKeeper ensemble. PostgreSQL and MySQL refuse it.
+// WithCluster starts three nodes: a three-master Redis Cluster, a
+// three-node ZooKeeper ensemble, or a three-member etcd cluster.
+// PostgreSQL and MySQL refuse it.
 func WithCluster() Option { return func(c *config) { c.cluster = true } }
 
 // WithNamespace sets the Simba namespace (Redis key prefix, SQL table
-// prefix, ZooKeeper root) of the returned backends; default: one per test.
+// prefix, ZooKeeper root, etcd key prefix /simbatest/<ns>) of the returned
+// backends; default: one per test.
 func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
 
 // WithStartTimeout bounds how long a server may take to become ready
@@ -218,15 +219,8 @@ type spec struct {
 func run(t testing.TB, c config, s spec, addr string, ready func(context.Context) error) *Node {
 	t.Helper()
 	ctx := context.Background()
-	// DefaultNetwork("bridge") stops the provider from creating its own
-	// bridge network (reaper_default, on a private range) when the engine
-	// has none: host networking needs no network at all. It is the only
-	// switch v0.44 has for this; deprecated without a replacement yet.
-	//lint:ignore SA1019 no other way to keep testcontainers from creating a bridge network
-	p, err := testcontainers.NewDockerProvider(testcontainers.DefaultNetwork("bridge"), testcontainers.WithLogger(tclog.TestLogger(t)))
-	if err != nil {
-		t.Fatalf("simbatest: docker: %v (is a Docker engine running? DOCKER_HOST=%q)", err, os.Getenv("DOCKER_HOST"))
-	}
+	p := provider(t, c)
+	had := hasImage(p, c.image)
 	req := testcontainers.ContainerRequest{
 		Image:      c.image,
 		Cmd:        s.cmd,
@@ -246,7 +240,7 @@ func run(t testing.TB, c config, s spec, addr string, ready func(context.Context
 		})
 	}
 	if err != nil {
-		t.Fatalf("simbatest: starting %s: %v", c.image, err)
+		t.Fatal(startFailed(c, err, had))
 	}
 	return &Node{Addr: addr, Container: ctr, ready: ready, wait: c.timeout}
 }

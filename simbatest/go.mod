@@ -2,27 +2,12 @@ module github.com/simba-go/simba/simbatest
 
 go 1.25.0
 
-replace github.com/simba-go/simba/deadline => ../deadline
-
-replace github.com/simba-go/simba/election => ../election
-
-replace github.com/simba-go/simba/lock => ../lock
-
-replace github.com/simba-go/simba/session => ../session
-
-replace github.com/simba-go/simba/term => ../term
-
-replace github.com/simba-go/simba/backend-sql => ../backend-sql
-
-replace github.com/simba-go/simba/backend-redis => ../backend-redis
-
-replace github.com/simba-go/simba/backend-zk => ../backend-zk
-
 require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/moby/moby/api v1.55.0
 	github.com/redis/go-redis/v9 v9.22.0
+	github.com/simba-go/simba/backend-etcd v0.1.0
 	github.com/simba-go/simba/backend-redis v0.1.0
 	github.com/simba-go/simba/backend-sql v0.1.0
 	github.com/simba-go/simba/backend-zk v0.1.0
@@ -31,7 +16,9 @@ require (
 	github.com/simba-go/simba/session v0.1.0
 	github.com/simba-go/simba/term v0.1.0
 	github.com/testcontainers/testcontainers-go v0.44.0
+	go.etcd.io/etcd/client/v3 v3.5.29
 	go.uber.org/goleak v1.3.0
+	go.uber.org/zap v1.17.0
 )
 
 require (
@@ -41,7 +28,7 @@ require (
 	github.com/Microsoft/go-winio v0.6.2 // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/containerd/errdefs v1.0.0 // indirect
+	github.com/containerd/errdefs v1.0.0
 	github.com/containerd/errdefs/pkg v0.3.0 // indirect
 	github.com/containerd/log v0.1.0 // indirect
 	github.com/containerd/platforms v0.2.1 // indirect
@@ -65,7 +52,7 @@ require (
 	github.com/magiconair/properties v1.8.10 // indirect
 	github.com/moby/docker-image-spec v1.3.1 // indirect
 	github.com/moby/go-archive v0.2.0 // indirect
-	github.com/moby/moby/client v0.5.0 // indirect
+	github.com/moby/moby/client v0.5.0
 	github.com/moby/patternmatcher v0.6.1 // indirect
 	github.com/moby/sys/sequential v0.7.0 // indirect
 	github.com/moby/sys/user v0.4.0 // indirect
@@ -76,7 +63,7 @@ require (
 	github.com/pmezard/go-difflib v1.0.0 // indirect
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
 	github.com/shirou/gopsutil/v4 v4.26.6 // indirect
-	github.com/simba-go/simba/internal v0.1.0
+	github.com/simba-go/simba/internal v0.1.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/stretchr/testify v1.11.1 // indirect
 	github.com/tklauser/go-sysconf v0.4.0 // indirect
@@ -95,4 +82,3 @@ require (
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
-replace github.com/simba-go/simba/internal => ../internal

@@ -2,6 +2,7 @@ package simbatest_test
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -11,6 +12,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(errorsChild) != "" {
+		errorsChildMain() // the process TestErrorTexts* start
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -45,6 +49,14 @@ func TestServers(t *testing.T) {
 		{"mysql", func(t *testing.T) session.Backend { return simbatest.MySQL(t).Backend }},
 		{"zookeeper", func(t *testing.T) session.Backend { return simbatest.ZooKeeper(t).Backend }},
 		{"zookeeper-ensemble", func(t *testing.T) session.Backend { return simbatest.ZooKeeper(t, simbatest.WithCluster()).Backend }},
+		{"etcd", func(t *testing.T) session.Backend {
+			s := simbatest.Etcd(t)
+			if _, err := s.Client.Put(context.Background(), s.Prefix()+"/app/k", "v"); err != nil {
+				t.Fatal(err)
+			}
+			return s.Backend
+		}},
+		{"etcd-cluster", func(t *testing.T) session.Backend { return simbatest.Etcd(t, simbatest.WithCluster()).Backend }},
 		{"memory", func(t *testing.T) session.Backend { return simbatest.Memory(t).NewClient() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -67,7 +67,7 @@ func Postgres(t testing.TB, opts ...Option) *PostgresServer {
 	t.Helper()
 	c := newConfig(t, "postgres", "16", opts)
 	if c.cluster {
-		t.Fatal("simbatest: WithCluster is for Redis and ZooKeeper; PostgreSQL runs one server")
+		t.Fatal("simbatest: WithCluster is for Redis, ZooKeeper and etcd; PostgreSQL runs one server")
 	}
 	ps, err := freePorts(1)
 	if err != nil {
@@ -140,7 +140,7 @@ func MySQL(t testing.TB, opts ...Option) *MySQLServer {
 	t.Helper()
 	c := newConfig(t, "mariadb", "11", opts)
 	if c.cluster {
-		t.Fatal("simbatest: WithCluster is for Redis and ZooKeeper; MySQL runs one server")
+		t.Fatal("simbatest: WithCluster is for Redis, ZooKeeper and etcd; MySQL runs one server")
 	}
 	ps, err := freePorts(1)
 	if err != nil {

@@ -19,7 +19,7 @@ type ZooKeeperServer struct {
 	Nodes []*Node
 	// Backend is a Simba backend (it owns its ZooKeeper client) under the
 	// root /simbatest/<namespace>, which ZooKeeper initialised
-	// (zksimba.Backend.Init): a new namespace, so its first use is not
+	// (zksimba.Backend.ForceInit): a new namespace, so its first use is not
 	// quarantined.
 	Backend   *zksimba.Backend
 	Namespace string
@@ -117,7 +117,10 @@ func ZooKeeper(t testing.TB, opts ...Option) *ZooKeeperServer {
 	s.Backend = s.NewBackend(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s.Backend.Init(ctx); err != nil {
+	// ForceInit: the servers were started just now, and Init refuses on an
+	// ensemble with no node older than MaxLease (ADR 0179); nobody used the
+	// namespace before.
+	if err := s.Backend.ForceInit(ctx); err != nil {
 		t.Fatalf("simbatest: zookeeper: init %s: %v", s.Root(), err)
 	}
 	return s

@@ -22,6 +22,20 @@ var ErrExpired = errors.New("simba: term expired")
 // serves them all.
 var ErrFenced = errors.New("simba: fenced: a later term has written")
 
+// ErrDeadlineNear is the cause (context.Cause) of a context from
+// [Term.ContextBefore] that ended because the term's local deadline came
+// within its margin while the term was still valid.
+var ErrDeadlineNear = errors.New("simba: term deadline near")
+
+// A Timer is a [Lifeline] that can also run f once d has passed on the
+// clock its Remaining reads. The engine's lifelines are Timers, so that
+// [Term.ContextBefore] follows the engine's clock (virtual in the
+// simulation); for a Lifeline that is not, the term uses the time package.
+type Timer interface {
+	Lifeline
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
 // A Lifeline tells how long the session a term belongs to may still be
 // believed alive: the time left until its local deadline on the node's
 // monotonic clock. Once Remaining has returned zero or less it must never
@@ -43,6 +57,29 @@ type Term struct {
 	mu     sync.Mutex
 	reason RevokeReason
 	done   chan struct{}
+	// befores are the ContextBefore contexts still waiting, by a key of
+	// their own: revoke stops their timers on its own goroutine (the
+	// engine's), so a Timer on a single-threaded simulated clock is never
+	// called from a goroutine the context package started.
+	befores map[*before]struct{}
+}
+
+// before is one ContextBefore context's pending check.
+type before struct {
+	mu   sync.Mutex
+	stop func() bool // the pending timer's, nil once none is
+	over bool        // ended: arm nothing more
+}
+
+// stopTimer stops the pending check and arms no other.
+func (b *before) stopTimer() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.over = true
+	if b.stop != nil {
+		b.stop()
+		b.stop = nil
+	}
 }
 
 // New returns a term of the lease name with token (which must be > 0),
@@ -69,8 +106,13 @@ func (t *Term) revoke(r RevokeReason) bool {
 	}
 	t.reason = r
 	close(t.done)
+	befores := t.befores
+	t.befores = nil
 	t.mu.Unlock()
 	t.cancel(r)
+	for b := range befores {
+		b.stopTimer()
+	}
 	return true
 }
 
@@ -111,6 +153,86 @@ func (t *Term) EnsureValid(min time.Duration) error {
 		return nil
 	}
 	return &ExpiredError{Name: t.name, Token: t.token, Remaining: rem, Min: min, Reason: t.Reason()}
+}
+
+// ContextBefore returns a context that ends margin before the term's local
+// deadline, or when the term ends if that comes first: its cause is
+// [ErrDeadlineNear] in the first case and the [RevokeReason] in the
+// second. Use it to stop starting writes a little before the term can no
+// longer be believed, for writes that take time to land: a leader that
+// writes in its last milliseconds races its own deadline.
+//
+// The deadline moves forward with each renewal, so the context ends only
+// when a renewal has not come in time: it is computed on the same
+// monotonic deadline as [Term.Remaining], checked again each time it
+// could have been reached, and never ends later than the deadline itself
+// (a negative margin counts as zero; a margin at least the time left ends
+// it at once). Once ended, it stays ended even if a
+// later renewal moves the deadline again: call ContextBefore again for a
+// new one. Call cancel when done with it to stop its timer.
+func (t *Term) ContextBefore(margin time.Duration) (ctx context.Context, cancel context.CancelFunc) {
+	margin = max(margin, 0)
+	ctx, cancelCause := context.WithCancelCause(t.ctx)
+	b := &before{}
+	t.mu.Lock()
+	if t.reason == 0 {
+		if t.befores == nil {
+			t.befores = map[*before]struct{}{}
+		}
+		t.befores[b] = struct{}{}
+	}
+	t.mu.Unlock()
+	// end ends ctx and forgets b: called many times in one term, the
+	// contexts that ended hold nothing of the term.
+	end := func(cause error) {
+		cancelCause(cause)
+		b.stopTimer()
+		t.mu.Lock()
+		delete(t.befores, b)
+		t.mu.Unlock()
+	}
+	var check func()
+	check = func() {
+		if ctx.Err() != nil {
+			end(context.Cause(ctx)) // t.ctx's parent ended: forget b
+			return
+		}
+		rem := t.Remaining()
+		if rem <= margin {
+			if rem > 0 {
+				end(ErrDeadlineNear)
+			} else {
+				// Ended or passed: the term's own reason once it has one.
+				end(t.endCause())
+			}
+			return
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if !b.over && ctx.Err() == nil {
+			b.stop = t.after(rem-margin, check)
+		}
+	}
+	check()
+	return ctx, func() { end(context.Canceled) }
+}
+
+// endCause is why a context of the term ends when the term is no longer
+// valid: its reason, or ErrDeadlineNear while the engine has not yet
+// revoked a term whose deadline passed.
+func (t *Term) endCause() error {
+	if r := t.Reason(); r != 0 {
+		return r
+	}
+	return ErrDeadlineNear
+}
+
+// after runs f after d on the lifeline's clock.
+func (t *Term) after(d time.Duration, f func()) func() bool {
+	if tm, ok := t.life.(Timer); ok {
+		return tm.AfterFunc(d, f)
+	}
+	return time.AfterFunc(d, f).Stop
 }
 
 // Done returns a channel closed exactly once, when the term ends.

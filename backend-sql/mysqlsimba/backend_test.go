@@ -31,7 +31,7 @@ func TestSchemaValidatesPrefix(t *testing.T) {
 		t.Error("Schema accepted an invalid prefix")
 	}
 	s, err := mysqlsimba.Schema("app")
-	if err != nil || len(s) != 26 || !strings.Contains(s[0], "app_sessions") || !strings.Contains(s[25], "app_epoch") {
+	if err != nil || len(s) != 43 || !strings.Contains(s[0], "app_sessions") || !strings.Contains(s[42], "app_epoch") {
 		t.Errorf("Schema(app) = %d statements, %v", len(s), err)
 	}
 }
@@ -93,7 +93,7 @@ func ExampleMigration() {
 		return
 	}
 	fmt.Println(len(stmts), strings.HasPrefix(stmts[0], "ALTER TABLE myapp_sessions"))
-	// Output: 18 true
+	// Output: 35 true
 }
 
 // WithMaxLease caps every session's lease, and is the quarantine after the
@@ -129,4 +129,19 @@ func TestCheckServer(t *testing.T) {
 	if lossy := flush == "0" || flush == "2"; lossy != (len(w) == 1) || len(w) > 1 {
 		t.Fatalf("innodb_flush_log_at_trx_commit %s: warnings %q", flush, w)
 	}
+}
+
+// WithMaxLockDelay lets an Acquire ask for a lock-delay up to d (see
+// pgsimba's): the delay counts from the session's expiry on the server's
+// UTC_TIMESTAMP(6). A negative maximum is refused before any I/O.
+func ExampleWithMaxLockDelay() {
+	db, err := sql.Open("mysql", "root@tcp(127.0.0.1:3306)/test") // connects lazily
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer db.Close()
+	_, err = mysqlsimba.New(context.Background(), db, mysqlsimba.WithMaxLockDelay(-time.Second))
+	fmt.Println(err)
+	// Output: mysqlsimba: WithMaxLockDelay(-1s): want 0 or more
 }

@@ -54,6 +54,9 @@ func runKit(t *testing.T, planted bool) { runKitWith(t, planted, false, false) }
 // Notifier.
 func runKitWith(t *testing.T, planted, mixed, notifier bool) {
 	const lease = 2 * time.Second
+	// The lock-delay subtests (ADR 0251, 0252): a delay on the database's
+	// clock from the session's expiry; the quarantine is lease + delay.
+	const maxLockDelay = 1500 * time.Millisecond
 	db := newDB(t, dsn(t), nil)
 	var mu sync.Mutex
 	prefixes := map[string]bool{}
@@ -69,7 +72,7 @@ func runKitWith(t *testing.T, planted, mixed, notifier bool) {
 			defer mu.Unlock()
 			seen := prefixes[namespace]
 			prefixes[namespace] = true
-			opts := []mysqlsimba.Option{mysqlsimba.WithNamespace(namespace), mysqlsimba.WithMaxLease(lease)}
+			opts := []mysqlsimba.Option{mysqlsimba.WithNamespace(namespace), mysqlsimba.WithMaxLease(lease), mysqlsimba.WithMaxLockDelay(maxLockDelay)}
 			var b *mysqlsimba.Backend
 			var nb *mysqlsimba.Notifier
 			var err error
@@ -110,8 +113,9 @@ func runKitWith(t *testing.T, planted, mixed, notifier bool) {
 		},
 		Lease: lease,
 		// The cap, and so the quarantine after a loss (ADR 0130, 0135).
-		MaxLease: lease,
-		Polls:    !notifier, // a Backend's candidates poll; a Notifier's hear of releases
+		MaxLease:     lease,
+		MaxLockDelay: maxLockDelay,
+		Polls:        !notifier, // a Backend's candidates poll; a Notifier's hear of releases
 		// Data loss on SQL: the tables emptied. The quarantine follows,
 		// then tokens keep rising.
 		LoseData: func(t *testing.T) {

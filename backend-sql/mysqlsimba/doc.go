@@ -17,7 +17,9 @@
 // candidate hears of a release in about a round trip (ADR 0145). The
 // named lock is a wake-up hint only; the leases table alone grants.
 //
-// Tokens rise strictly per name and survive releases (a released lease
-// keeps its row and token) and even an emptied table (new rows start from
-// the clock in microseconds); see docs/adr/0031-sql-tokens.md.
+// Tokens rise strictly per name and survive releases and even an emptied
+// table, without a row per name: a lease's row lives only while it is
+// held, and tokens rise through 1024 high-water marks, one per bucket of
+// names (docs/adr/0250-sql-no-row-per-name-tokens-through-marks.md). A
+// grant may carry a lock-delay up to WithMaxLockDelay (ADR 0251).
 package mysqlsimba

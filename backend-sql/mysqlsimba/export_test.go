@@ -19,35 +19,25 @@ func SchemaAt(prefix string, v int) ([]string, error) {
 	return expandAll(src, prefix)
 }
 
-// AcquireWithoutQuarantine is acquire_v3 and acquire_v2 (the routines
-// this code calls on MariaDB and on MySQL) with their checks of the
-// quarantine and of the epoch row and markers taken out, each preceded by
-// the DROP that makes room for it: the planted bug that the data-loss
-// tests must catch.
+// AcquireWithoutQuarantine is acquire_v4 (the routine this code calls on
+// MariaDB, and through acquire_v5 on MySQL) with its checks of the
+// quarantine and of the epoch row and markers taken out, preceded by the
+// DROP that makes room for it: the planted bug that the data-loss tests
+// must catch.
 func AcquireWithoutQuarantine(prefix string) ([]string, error) {
-	var out []string
-	for _, v := range []struct {
-		name string
-		m    []string
-	}{{"v3", migrations[3]}, {"v2", migrations[2]}} {
-		found := false
-		for _, s := range v.m {
-			if !strings.Contains(s, "CREATE PROCEDURE IF NOT EXISTS {p}_acquire_"+v.name+"(") {
-				continue
-			}
-			n := strings.Count(s, "quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6)")
-			s = strings.ReplaceAll(s, " AND v_ok = 1", "")
-			s = strings.ReplaceAll(s, " AND (quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6))", "")
-			if n != 2 || strings.Contains(s, "quarantine_until IS NULL") {
-				return nil, fmt.Errorf("acquire_%s's quarantine checks not found", v.name)
-			}
-			out, found = append(out, "DROP PROCEDURE {p}_acquire_"+v.name, s), true
+	for _, s := range migrations[4] {
+		if !strings.Contains(s, "CREATE PROCEDURE IF NOT EXISTS {p}_acquire_v4(") {
+			continue
 		}
-		if !found {
-			return nil, fmt.Errorf("acquire_%s not found", v.name)
+		n := strings.Count(s, "quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6)")
+		s = strings.ReplaceAll(s, " AND v_ok = 1", "")
+		s = strings.ReplaceAll(s, " AND (quarantine_until IS NULL OR quarantine_until <= UTC_TIMESTAMP(6))", "")
+		if n != 2 || strings.Contains(s, "quarantine_until IS NULL") {
+			return nil, fmt.Errorf("acquire_v4's quarantine checks not found")
 		}
+		return expandAll([]string{"DROP PROCEDURE {p}_acquire_v4", s}, prefix)
 	}
-	return expandAll(out, prefix)
+	return nil, fmt.Errorf("acquire_v4 not found")
 }
 
 // SchemaVersion is the schema version this code needs.
@@ -67,3 +57,14 @@ func HintArg(prefix, name string) string { return prefix + ":" + name }
 // CallVersion3Routines makes b call acquire_v2 and release_v2, as on
 // MySQL, after its first call has run.
 func CallVersion3Routines(b *Backend) { b.mariadb = false }
+
+// SurveyStatements are the survey's information_schema queries of the
+// namespace's tables, with their arguments.
+func SurveyStatements(prefix string) ([]string, []any) {
+	suffixes := make([]string, 0, len(ourTables))
+	for s := range ourTables {
+		suffixes = append(suffixes, s)
+	}
+	list, args := inList(prefix, suffixes)
+	return []string{fmt.Sprintf(surveyTablesSQL, list), fmt.Sprintf(surveyColumnsSQL, list)}, args
+}

@@ -72,12 +72,13 @@ func newBackend(t testing.TB, db *sql.DB, prefix string) *mysqlsimba.Backend {
 func dropSchema(t testing.TB, db *sql.DB, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, s := range []string{"open_v1", "open_v2", "open_v3", "renew_v1", "renew_v2", "acquire_v1", "acquire_v2", "acquire_v3", "lost_v1", "release_v1", "release_v2", "release_v3", "close_v1", "close_v2"} {
+	for _, s := range []string{"open_v1", "open_v2", "open_v3", "renew_v1", "renew_v2", "acquire_v1", "acquire_v2", "acquire_v3", "lost_v1", "release_v1", "release_v2", "release_v3", "close_v1", "close_v2",
+		"open_v4", "acquire_v4", "acquire_v5", "release_v4", "release_v5", "close_v3"} {
 		if _, err := db.ExecContext(ctx, "DROP PROCEDURE IF EXISTS "+prefix+"_"+s); err != nil {
 			t.Errorf("drop %s_%s: %v", prefix, s, err)
 		}
 	}
-	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+prefix+"_sessions, "+prefix+"_leases, "+prefix+"_schema, "+prefix+"_epoch"); err != nil {
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+prefix+"_sessions, "+prefix+"_leases, "+prefix+"_schema, "+prefix+"_epoch, "+prefix+"_marks"); err != nil {
 		t.Errorf("drop tables %s: %v", prefix, err)
 	}
 }

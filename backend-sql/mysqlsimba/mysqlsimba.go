@@ -2,7 +2,9 @@ package mysqlsimba
 
 import (
 	"context"
+	"crypto/md5"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"slices"
@@ -21,7 +23,7 @@ import (
 // schemaVersion is the version of the tables and routines this code calls
 // (docs/adr/0081-sql-schema-versions.md; the versions are listed in
 // internal/core/schema.go). Version 4 is MySQL/MariaDB's alone.
-const schemaVersion = 4
+const schemaVersion = 5
 
 // Option configures [New].
 type Option func(*config)
@@ -29,7 +31,9 @@ type Option func(*config)
 type config struct {
 	prefix       string
 	createSchema bool
+	existing     bool // OpenExisting
 	maxLease     time.Duration
+	maxLockDelay time.Duration
 }
 
 // WithNamespace sets the namespace (default [sqlbackend.DefaultPrefix]),
@@ -55,9 +59,31 @@ func WithPrefix(prefix string) Option { return WithNamespace(prefix) }
 // their sessions at all.
 func WithMaxLease(d time.Duration) Option { return func(c *config) { c.maxLease = d } }
 
+// WithMaxLockDelay is the longest lock-delay an Acquire may ask for
+// (default 0: every positive delay is refused with an error wrapping
+// driver.ErrLockDelay). A name whose holder's session expired without a
+// release stays refused until the server's clock passes the session's
+// expiry plus the delay its grant recorded (ADR 0251, 0252). It lengthens
+// the quarantine after a data loss to WithMaxLease + WithMaxLockDelay.
+// Every process of a namespace must use the same maximum.
+func WithMaxLockDelay(d time.Duration) Option { return func(c *config) { c.maxLockDelay = d } }
+
 // WithoutSchemaCreation makes [New] assume the tables and procedures exist
 // (created from [Schema] by a migration tool) instead of creating them.
 func WithoutSchemaCreation() Option { return func(c *config) { c.createSchema = false } }
+
+// OpenExisting makes [New] open a namespace that exists, only reading: it
+// creates and migrates nothing, and returns an error wrapping
+// [sqlbackend.ErrUnknownNamespace], naming the namespace, when nothing of
+// it is installed, or one wrapping [sqlbackend.ErrSchemaVersion] when its
+// schema is one it cannot read (version 1, or a newer incompatible one);
+// an older version that processes not yet upgraded run on is read as it
+// is. It works on a read-only session (a
+// replica, tx_read_only), for tools that only look: [Backend.Inspect]
+// reads, while sessions, which write, fail there.
+func OpenExisting() Option {
+	return func(c *config) { c.createSchema, c.existing = false, true }
+}
 
 // Backend is a [driver.Backend] on MySQL or MariaDB. It does not broadcast
 // releases: candidates find free leases by polling, as the specification
@@ -68,6 +94,7 @@ type Backend struct {
 	db           *sql.DB
 	prefix       string
 	createSchema bool
+	existing     bool // OpenExisting: New checked the schema
 	q            queries
 
 	mu    sync.Mutex // guards stmts and bound while they are prepared or closed
@@ -125,6 +152,9 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Backend, error) {
 	if err := core.CheckMaxLease("mysqlsimba", c.maxLease); err != nil {
 		return nil, err
 	}
+	if err := core.CheckMaxLockDelay("mysqlsimba", c.maxLockDelay); err != nil {
+		return nil, err
+	}
 	if err := sqlbackend.ValidatePrefix(c.prefix); err != nil {
 		return nil, fmt.Errorf("mysqlsimba: %w", err)
 	}
@@ -133,11 +163,28 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Backend, error) {
 		return nil, fmt.Errorf("mysqlsimba: %w", err)
 	}
 	b := &Backend{db: db, prefix: c.prefix, createSchema: c.createSchema, q: q}
-	b.core = core.Backend{Store: store{b}, Label: "mysqlsimba", Retryable: deadlocked, Ready: b.ready, MaxLease: c.maxLease}
-	if c.createSchema {
+	b.core = core.Backend{Store: store{b}, Label: "mysqlsimba", Retryable: deadlocked, Ready: b.ready, MaxLease: c.maxLease, MaxLockDelay: c.maxLockDelay}
+	switch {
+	case c.createSchema:
 		if err := b.installSchema(ctx); err != nil {
 			return nil, err
 		}
+	case c.existing:
+		if err := autocommitOn(ctx, b.db); err != nil {
+			return nil, fmt.Errorf("mysqlsimba: namespace %q: %w", b.prefix, err)
+		}
+		in, err := b.survey(ctx, b.db)
+		if err != nil {
+			return nil, fmt.Errorf("mysqlsimba: open namespace %q: %w", b.prefix, err)
+		}
+		if in.Version == 0 {
+			return nil, fmt.Errorf("mysqlsimba: namespace %q: %w: no table of it in the database; check the name, or start the application once to create it", b.prefix, sqlbackend.ErrUnknownNamespace)
+		}
+		// Only reading: older versions too (a rolling upgrade).
+		if err := core.CheckReadable("mysqlsimba", b.prefix, in, schemaVersion); err != nil {
+			return nil, err
+		}
+		b.existing = true
 	}
 	return b, nil
 }
@@ -145,7 +192,7 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Backend, error) {
 // ready runs before the first call: it checks the schema version (when New
 // did not) and prepares the statements.
 func (b *Backend) ready(ctx context.Context) error {
-	if !b.createSchema {
+	if !b.createSchema && !b.existing {
 		if err := b.checkSchema(ctx); err != nil {
 			return err
 		}
@@ -259,13 +306,13 @@ func newQueries(prefix string) (queries, error) {
 		dst  *string
 		text string
 	}{
-		{&q.open, "CALL {p}_open_v3(?, ?, ?, ?, ?)"},
+		{&q.open, "CALL {p}_open_v4(?, ?, ?, ?, ?)"},
 		{&q.renew, "CALL {p}_renew_v2(?, ?, ?, ?)"},
-		{&q.acquire, "CALL {p}_acquire_v2(?, ?, ?, ?)"},
-		{&q.release, "CALL {p}_release_v2(?, ?, ?, ?)"},
-		{&q.closeID, "CALL {p}_close_v2(?, ?)"},
-		{&q.acquireBound, "SET STATEMENT innodb_lock_wait_timeout = %d FOR CALL {p}_acquire_v3(?, ?, ?, %d)"},
-		{&q.releaseBound, "SET STATEMENT innodb_lock_wait_timeout = %d FOR CALL {p}_release_v3(?, ?, ?, %d)"},
+		{&q.acquire, "CALL {p}_acquire_v5(?, ?, ?, ?, ?)"},
+		{&q.release, "CALL {p}_release_v5(?, ?, ?, ?)"},
+		{&q.closeID, "CALL {p}_close_v3(?, ?)"},
+		{&q.acquireBound, "SET STATEMENT innodb_lock_wait_timeout = %d FOR CALL {p}_acquire_v4(?, ?, ?, %d, ?)"},
+		{&q.releaseBound, "SET STATEMENT innodb_lock_wait_timeout = %d FOR CALL {p}_release_v4(?, ?, ?, %d)"},
 		{&q.inspect, inspectSQL},
 		{&q.version, "SELECT version, compatible_from FROM {p}_schema WHERE id = 1"},
 	} {
@@ -337,7 +384,10 @@ func expandAll(src []string, prefix string) ([]string, error) {
 // checkSchema refuses a namespace whose installed schema this code cannot
 // use, naming both versions and the migration.
 func (b *Backend) checkSchema(ctx context.Context) error {
-	in, err := b.installed(ctx, b.db)
+	if err := errors.Join(autocommitOn(ctx, b.db), writable(ctx, b.db)); err != nil {
+		return fmt.Errorf("mysqlsimba: namespace %q: %w", b.prefix, err)
+	}
+	in, err := b.survey(ctx, b.db)
 	if err != nil {
 		return fmt.Errorf("mysqlsimba: read schema version of %q: %w", b.prefix, err)
 	}
@@ -348,38 +398,33 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// installed reads the namespace's schema version: from <p>_schema, or 1
-// if only the first schema's tables exist, or 0 if nothing does.
-func (b *Backend) installed(ctx context.Context, q querier) (core.Installed, error) {
-	var in core.Installed
-	var hasSchema, hasSessions bool
-	err := q.QueryRowContext(ctx, `SELECT
-	    EXISTS(SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?),
-	    EXISTS(SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?)`,
-		b.prefix+"_schema", b.prefix+"_sessions").Scan(&hasSchema, &hasSessions)
-	switch {
-	case err != nil:
-		return in, err
-	case hasSchema:
-		err = q.QueryRowContext(ctx, b.q.version).Scan(&in.Version, &in.CompatibleFrom)
-		if errors.Is(err, sql.ErrNoRows) {
-			err = fmt.Errorf("%w: table %s_schema is empty", core.ErrBadReply, b.prefix)
-		}
-		return in, err
-	case hasSessions:
-		return core.Installed{Version: 1, CompatibleFrom: 1}, nil
-	}
-	return in, nil
-}
-
 // columnAdded reports whether a migration that failed half way already
 // added the sessions' column (MySQL has no ADD COLUMN IF NOT EXISTS;
 // MariaDB does).
-func (b *Backend) columnAdded(ctx context.Context, q querier, column string) (bool, error) {
+func (b *Backend) columnAdded(ctx context.Context, q querier, table, column string) (bool, error) {
 	var n int
+	if strings.HasPrefix(column, b.prefix+"_") { // a constraint (ADD CONSTRAINT <name>)
+		err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.table_constraints
+	    WHERE constraint_schema = DATABASE() AND table_name = ? AND constraint_name = ?`, table, column).Scan(&n)
+		return n > 0, err
+	}
 	err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.columns
-	    WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?`, b.prefix+"_sessions", column).Scan(&n)
+	    WHERE table_schema = DATABASE() AND table_name = ? AND column_name = ?`, table, column).Scan(&n)
 	return n > 0, err
+}
+
+// addsColumn reports the table and the column (or constraint) that an
+// ALTER TABLE … ADD COLUMN (ADD CONSTRAINT) of a migration adds, which
+// MySQL cannot make idempotent.
+func addsColumn(stmt, prefix string) (table, column string, ok bool) {
+	for _, t := range []string{"_sessions", "_leases"} {
+		for _, what := range []string{" ADD COLUMN ", " ADD CONSTRAINT "} {
+			if rest, found := strings.CutPrefix(stmt, "ALTER TABLE "+prefix+t+what); found {
+				return prefix + t, strings.Fields(rest)[0], true
+			}
+		}
+	}
+	return "", "", false
 }
 
 // installSchema installs or migrates the namespace's schema under a named
@@ -390,6 +435,11 @@ func (b *Backend) installSchema(ctx context.Context) error {
 	}
 	return b.checkSchema(ctx)
 }
+
+// createMode is the sql_mode the namespace's tables and procedures are
+// created under (see migrate): modes both MySQL 8 and MariaDB know, none
+// of which changes what the procedures' statements mean.
+const createMode = "STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION"
 
 func (b *Backend) migrate(ctx context.Context) (err error) {
 	conn, err := b.db.Conn(ctx) // GET_LOCK belongs to one connection
@@ -407,17 +457,71 @@ func (b *Backend) migrate(ctx context.Context) (err error) {
 			err = fmt.Errorf("mysqlsimba: create schema %q: release lock: %w", b.prefix, rerr)
 		}
 	}()
-	in, err := b.installed(ctx, conn)
-	if err != nil || in.Version >= schemaVersion {
-		return err
+	if err := errors.Join(autocommitOn(ctx, conn), writable(ctx, conn)); err != nil {
+		return fmt.Errorf("mysqlsimba: namespace %q: %w", b.prefix, err)
+	}
+	// A procedure runs under the sql_mode it was created with, whatever
+	// its caller's: created under the pool's (ORACLE's PL/SQL syntax,
+	// EMPTY_STRING_IS_NULL turning the procedures' '' into NULL) it would
+	// fail, or answer NULL, for every process. So this connection creates
+	// them under one fixed mode and gets its own back after.
+	var mode string
+	if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.sql_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("mysqlsimba: create schema %q: %w", b.prefix, err)
+	}
+	if _, err := conn.ExecContext(ctx, "SET SESSION sql_mode = ?", createMode); err != nil {
+		return fmt.Errorf("mysqlsimba: create schema %q: %w", b.prefix, err)
+	}
+	defer func() {
+		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION sql_mode = ?", mode); rerr != nil {
+			// Never back to the pool with Simba's mode.
+			_ = conn.Raw(func(any) error { return sqldriver.ErrBadConn })
+			if err == nil {
+				err = fmt.Errorf("mysqlsimba: create schema %q: restore sql_mode: %w", b.prefix, rerr)
+			}
+		}
+	}()
+	// No max_statement_time for the migration (MariaDB; ADR 0285): its
+	// work grows with the namespace (version 5 folds and deletes every
+	// released row), and a bound against runaway queries would fail it at
+	// every start. Its lock waits stay bounded by innodb_lock_wait_timeout
+	// and lock_wait_timeout, the whole by ctx. MySQL has no such variable
+	// (its max_execution_time bounds read-only SELECTs only).
+	var maxTime sql.NullFloat64
+	if err := conn.QueryRowContext(ctx, "SELECT @@SESSION.max_statement_time").Scan(&maxTime); err != nil && !unknownVariable(err) {
+		return fmt.Errorf("mysqlsimba: create schema %q: %w", b.prefix, err)
+	}
+	if maxTime.Valid {
+		if _, err := conn.ExecContext(ctx, "SET SESSION max_statement_time = 0"); err != nil {
+			return fmt.Errorf("mysqlsimba: create schema %q: %w", b.prefix, err)
+		}
+		defer func() {
+			if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION max_statement_time = ?", maxTime.Float64); rerr != nil {
+				// Never back to the pool without its bound.
+				_ = conn.Raw(func(any) error { return sqldriver.ErrBadConn })
+				if err == nil {
+					err = fmt.Errorf("mysqlsimba: create schema %q: restore max_statement_time: %w", b.prefix, rerr)
+				}
+			}
+		}()
+	}
+	// Everything is checked before anything is created or changed (ADR
+	// 0172): MySQL's DDL commits at once, so a refusal after the first
+	// statement would leave it behind.
+	in, err := b.survey(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("mysqlsimba: create schema %q: %w", b.prefix, err)
+	}
+	if in.Version >= schemaVersion {
+		return nil
 	}
 	stmts, err := Migration(b.prefix, in.Version)
 	if err != nil {
 		return err
 	}
 	for _, s := range stmts {
-		if col, ok := strings.CutPrefix(s, "ALTER TABLE "+b.prefix+"_sessions ADD COLUMN "); ok {
-			if done, err := b.columnAdded(ctx, conn, strings.Fields(col)[0]); err != nil || done {
+		if table, col, ok := addsColumn(s, b.prefix); ok {
+			if done, err := b.columnAdded(ctx, conn, table, col); err != nil || done {
 				if err != nil {
 					return fmt.Errorf("mysqlsimba: create schema %q: %w", b.prefix, err)
 				}
@@ -425,10 +529,21 @@ func (b *Backend) migrate(ctx context.Context) (err error) {
 			}
 		}
 		if _, err := conn.ExecContext(ctx, s); err != nil {
+			if denied(err) {
+				return fmt.Errorf("mysqlsimba: create schema %q: %w: this user may not create or change the namespace's tables and procedures: it needs CREATE, ALTER, INDEX and CREATE ROUTINE on the database; grant them, or have a user that may run mysqlsimba.Migration and start with WithoutSchemaCreation", b.prefix, err)
+			}
 			return fmt.Errorf("mysqlsimba: create schema %q: %w", b.prefix, err)
 		}
 	}
 	return nil
+}
+
+// denied reports a missing privilege: ER_DBACCESS_DENIED_ERROR (1044,
+// MariaDB's answer to a CREATE PROCEDURE without CREATE ROUTINE),
+// ER_TABLEACCESS_DENIED_ERROR (1142), ER_PROCACCESS_DENIED_ERROR (1370).
+func denied(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && (me.Number == 1044 || me.Number == 1142 || me.Number == 1370)
 }
 
 // Shutdown closes the backend's prepared statements. The database handle
@@ -533,7 +648,7 @@ type store struct{ b *Backend }
 
 // quarantineUS is the quarantine open and renew start when they are the
 // first to notice a loss (acquire is told by core): one maximum lease.
-func (s store) quarantineUS() int64 { return s.b.core.MaxLease.Microseconds() }
+func (s store) quarantineUS() int64 { return s.b.core.QuarantineUS() }
 
 func (s store) Open(ctx context.Context, id string, leaseUS int64, owner string, waitMS int64) (int64, error) {
 	var rem int64
@@ -545,6 +660,11 @@ func (s store) Open(ctx context.Context, id string, leaseUS int64, owner string,
 const inspectBatch = 500
 
 func (s store) Inspect(ctx context.Context, names []string, prefix string) ([]core.HolderRow, error) {
+	if names == nil && prefix == "" {
+		// Not as the empty prefix below: under EMPTY_STRING_IS_NULL the
+		// server takes '' for NULL, and no name compares with NULL.
+		return s.inspect(ctx, s.b.q.inspect+"TRUE")
+	}
 	if names == nil {
 		// Every name is below 0x7f ([A-Za-z0-9._:-]), so [prefix,
 		// prefix+0x7f) holds exactly the names starting with prefix.
@@ -574,9 +694,11 @@ func (s store) inspect(ctx context.Context, query string, args ...any) ([]core.H
 	var out []core.HolderRow
 	for rows.Next() {
 		var h core.HolderRow
-		if err := rows.Scan(&h.Name, &h.Token, &h.Session, &h.Owner, &h.RemainingUS); err != nil {
+		var owner sql.NullString // NULL, not '', under EMPTY_STRING_IS_NULL
+		if err := rows.Scan(&h.Name, &h.Token, &h.Session, &owner, &h.RemainingUS); err != nil {
 			return nil, err
 		}
+		h.Owner = owner.String
 		out = append(out, h)
 	}
 	return out, rows.Err()
@@ -616,7 +738,7 @@ func (s store) Renew(ctx context.Context, id string, known uint64, waitMS int64)
 // tokens, comma-separated in the order of names, or "q" and the
 // microseconds left while the namespace is quarantined; no row when the
 // session has expired.
-func (s store) Acquire(ctx context.Context, id string, names []string, quarantineUS, waitMS int64) (core.AcquireResult, bool, error) {
+func (s store) Acquire(ctx context.Context, id string, names []string, quarantineUS, waitMS, delayUS int64) (core.AcquireResult, bool, error) {
 	var out string
 	var err error
 	if n := s.b.notify; n != nil && len(names) == 1 {
@@ -624,7 +746,7 @@ func (s store) Acquire(ctx context.Context, id string, names []string, quarantin
 			// On the hint connection, which takes the name's hint if
 			// it grants it (ADR 0145).
 			err = n.onHintConn(ctx, bound, func(bs *boundStmts) error {
-				return bs.acquire.QueryRowContext(ctx, id, names[0], quarantineUS).Scan(&out)
+				return bs.acquire.QueryRowContext(ctx, id, names[0], quarantineUS, delayUS).Scan(&out)
 			})
 			if err == nil {
 				n.granted(id, names[0], out)
@@ -636,12 +758,50 @@ func (s store) Acquire(ctx context.Context, id string, names []string, quarantin
 	if err != nil {
 		return core.AcquireResult{}, false, err
 	}
+	// In (bucket, name) order, the order acquire_v4 locks in (ADR 0252);
+	// the answer is mapped back to the order of names.
+	order := byBucket(names)
 	if bs != nil {
-		err = bs.acquire.QueryRowContext(ctx, id, joinNames(names), quarantineUS).Scan(&out)
+		err = bs.acquire.QueryRowContext(ctx, id, joinNames(order), quarantineUS, delayUS).Scan(&out)
 	} else {
-		err = s.b.stmts.acquire.QueryRowContext(ctx, id, joinNames(names), quarantineUS, waitMS).Scan(&out)
+		err = s.b.stmts.acquire.QueryRowContext(ctx, id, joinNames(order), quarantineUS, waitMS, delayUS).Scan(&out)
 	}
-	return s.acquireResult(out, err, names)
+	r, ok, err := s.acquireResult(out, err, order)
+	if err != nil || !ok || r.Tokens == nil || len(names) == 1 {
+		return r, ok, err
+	}
+	at := make(map[string]uint64, len(order))
+	for i, n := range order {
+		at[n] = r.Tokens[i]
+	}
+	for i, n := range names {
+		r.Tokens[i] = at[n]
+	}
+	return r, ok, nil
+}
+
+// bucket is a name's mark (ADR 0252): the first 10 bits of the MD5 of its
+// bytes, as acquire_v4 computes it (CONV(LEFT(MD5(name), 3), 16, 10) >> 2).
+// Here it only orders the names of a call; the routines compute their own.
+func bucket(name string) int {
+	h := md5.Sum([]byte(name))
+	return (int(h[0])<<4 | int(h[1])>>4) >> 2
+}
+
+// byBucket is names ordered by (bucket, name); names itself when there is
+// only one.
+func byBucket(names []string) []string {
+	if len(names) == 1 {
+		return names
+	}
+	out := slices.Clone(names)
+	slices.SortFunc(out, func(a, b string) int {
+		if c := bucket(a) - bucket(b); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	return out
 }
 
 // acquireResult reads an acquire routine's answer (see Acquire). A name
@@ -722,6 +882,13 @@ func (s store) Release(ctx context.Context, id string, leases []driver.Lease, wa
 		return err
 	}
 	var names, tokens strings.Builder
+	leases = slices.Clone(leases)
+	slices.SortFunc(leases, func(a, b driver.Lease) int {
+		if c := bucket(a.Name) - bucket(b.Name); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
 	for i, l := range leases {
 		if i > 0 {
 			names.WriteByte(',')
@@ -759,4 +926,11 @@ func joinNames(names []string) string {
 func deadlocked(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == 1213
+}
+
+// unknownVariable reports ER_UNKNOWN_SYSTEM_VARIABLE (1193): a variable
+// this server does not have (MariaDB's max_statement_time on MySQL).
+func unknownVariable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1193
 }

@@ -162,7 +162,7 @@ func (nt *notifier) onHintConn(ctx context.Context, n int64, f func(*boundStmts)
 	}
 	defer nt.unlockHint()
 	if nt.hintConn == nil {
-		c, err := nt.b.db.Conn(ctx)
+		c, err := nt.newHintConn(ctx)
 		if err != nil {
 			return err
 		}
@@ -184,7 +184,7 @@ func (nt *notifier) onHintConn(ctx context.Context, n int64, f func(*boundStmts)
 		// release of one name are safe to run twice (a session's second
 		// acquisition of what it holds answers its token, a second
 		// release is a no-op). The name's hint is lost for this term.
-		c, cerr := nt.b.db.Conn(ctx)
+		c, cerr := nt.newHintConn(ctx)
 		if cerr != nil {
 			return err
 		}
@@ -198,6 +198,29 @@ func (nt *notifier) onHintConn(ctx context.Context, n int64, f func(*boundStmts)
 		nt.dropIfBroken(err)
 	}
 	return err
+}
+
+// hintWaitTimeout is the hint connection's wait_timeout: the most MySQL
+// and MariaDB accept (a year). The connection is idle between calls by
+// nature; under the pool's wait_timeout (often lowered by operators) the
+// server closed it, which gave back every hint while their names were
+// still held: each waiter was woken for nothing, and the hints were lost
+// for the rest of their terms.
+const hintWaitTimeout = 31536000
+
+// newHintConn takes a connection out of the pool for the hints, with its
+// own wait_timeout. It never goes back to the pool (dropHintConn).
+func (nt *notifier) newHintConn(ctx context.Context) (*sql.Conn, error) {
+	c, err := nt.b.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.ExecContext(ctx, "SET SESSION wait_timeout = ?", hintWaitTimeout); err != nil {
+		_ = c.Raw(func(any) error { return sqldriver.ErrBadConn })
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // lockHint takes the hint connection, or gives up when ctx ends (a call

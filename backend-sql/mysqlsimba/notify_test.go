@@ -169,3 +169,32 @@ func TestNotifierRefusesASmallPool(t *testing.T) {
 		t.Fatalf("NewNotifier on a pool of 3: %v, want a refusal naming SetMaxOpenConns", err)
 	}
 }
+
+// The hint connection outlives a lowered wait_timeout: it is idle between
+// calls by nature. Under wait_timeout = 1 the server closed it, which gave
+// back the hint of a name still held: the waiter was woken for nothing,
+// and the hint was gone for the rest of the term.
+func TestHintConnectionOutlivesWaitTimeout(t *testing.T) {
+	db := dbWith(t, map[string]string{"wait_timeout": "1"})
+	prefix := sqltest.FreshPrefix()
+	n := newNotifier(t, db, prefix, true)
+	ch := subscribe(t, n)
+	holder := sqltest.Open(t, n, 30*time.Second)
+	if tok := sqltest.Acquire(t, n, holder, "x"); tok == 0 {
+		t.Fatal("x not granted")
+	}
+	if tok := sqltest.Acquire(t, n, sqltest.Open(t, n, 30*time.Second), "x"); tok != 0 {
+		t.Fatalf("x granted twice (%d)", tok)
+	}
+	time.Sleep(2500 * time.Millisecond) // two of the server's idle timeouts
+	select {
+	case no := <-ch:
+		if no.Name == "x" {
+			t.Errorf("a notice of x while it is held: the server closed the idle hint connection")
+		}
+	default:
+	}
+	if hintHolder(t, newDB(t, dsn(t), nil), prefix, "x") == 0 {
+		t.Error("x's hint is no longer held while x is")
+	}
+}

@@ -127,3 +127,21 @@ func ExampleWithMaxLease() {
 	fmt.Println(err)
 	// Output: pgsimba: WithMaxLease(0s): want at least 1ms
 }
+
+// WithMaxLockDelay lets an Acquire ask for a lock-delay up to d: with
+// pgsimba.New(ctx, pool, pgsimba.WithMaxLockDelay(15*time.Second)), a lock
+// won with lock.WithLockDelay(10*time.Second) whose holder's session
+// expires stays refused until the database's clock passes the session's
+// expiry + 10s. A negative maximum is refused before any I/O.
+func ExampleWithMaxLockDelay() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test") // connects lazily
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	_, err = pgsimba.New(ctx, pool, pgsimba.WithMaxLockDelay(-time.Second))
+	fmt.Println(err)
+	// Output: pgsimba: WithMaxLockDelay(-1s): want 0 or more
+}

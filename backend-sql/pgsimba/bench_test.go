@@ -80,3 +80,27 @@ func BenchmarkHandoverBackend(b *testing.B) {
 		return stop
 	}, 0)
 }
+
+// BenchmarkNamesEverUsed: acquire + release of a new name after 1, 10⁴
+// and 10⁶ distinct names were used (issue 23), with the namespace's rows
+// and pg_total_relation_size before and after them (and after VACUUM).
+func BenchmarkNamesEverUsed(b *testing.B) {
+	pool := newPool(b, pgURL(b), nil)
+	sqltest.RunNamesEverUsed(b, bench(b), func(b *testing.B, prefix string, vacuum bool) (rows, bytes int64) {
+		tables := []string{prefix + "_sessions", prefix + "_leases", prefix + "_marks", prefix + "_epoch", prefix + "_schema"}
+		for _, t := range tables {
+			if vacuum {
+				if _, err := pool.Exec(sqltest.Ctx(b), "VACUUM "+t); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var n, size int64
+			// t is a fresh valid prefix and a fixed suffix.
+			if err := pool.QueryRow(sqltest.Ctx(b), "SELECT count(*), pg_total_relation_size('"+t+"') FROM "+t).Scan(&n, &size); err != nil {
+				b.Fatal(err)
+			}
+			rows, bytes = rows+n, bytes+size
+		}
+		return rows, bytes
+	})
+}

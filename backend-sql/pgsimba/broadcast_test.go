@@ -86,8 +86,12 @@ func TestBroadcastRelease(t *testing.T) {
 	if err := a.Close(ctxT(t), ida); err != nil {
 		t.Fatal(err)
 	}
-	next(t, ch, "notice c1 from Close", func(n driver.Notice) bool { return n.Name == "c1" })
-	next(t, ch, "notice c2 from Close", func(n driver.Notice) bool { return n.Name == "c2" })
+	// In the order Close freed them: by bucket, then name (ADR 0250).
+	seen := map[string]bool{}
+	next(t, ch, "notices c1 and c2 from Close", func(n driver.Notice) bool {
+		seen[n.Name] = true
+		return seen["c1"] && seen["c2"]
+	})
 
 	// A release that does not match announces nothing: only the next
 	// real one arrives.

@@ -1,8 +1,11 @@
 package pgsimba
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func TestServerSettingsWarnings(t *testing.T) {
@@ -25,6 +28,18 @@ func TestServerSettingsWarnings(t *testing.T) {
 			if !strings.Contains(got[i], w) {
 				t.Errorf("%+v: warning %d = %q, want it to say %q", c.s, i, got[i], w)
 			}
+		}
+	}
+}
+
+// TestRetryable: a deadlock victim, a serialization failure (a pool whose
+// default isolation is repeatable read or serializable, ADR 0171) and a
+// connection the server ended while idle are run again; Simba's own
+// SQLSTATEs and anything else are not.
+func TestRetryable(t *testing.T) {
+	for code, want := range map[string]bool{"40P01": true, "40001": true, "57P05": true, "SX001": false, "SX002": false, "55P03": false, "57014": false} {
+		if got := retryable(fmt.Errorf("call: %w", &pgconn.PgError{Code: code})); got != want {
+			t.Errorf("retryable(SQLSTATE %s) = %v, want %v", code, got, want)
 		}
 	}
 }

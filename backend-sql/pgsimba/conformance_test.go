@@ -37,6 +37,9 @@ func TestConformanceCatchesSkippedQuarantine(t *testing.T) {
 // acquire routine by one without the quarantine.
 func runKit(t *testing.T, planted bool) {
 	const lease = 2 * time.Second
+	// The lock-delay subtests (ADR 0251, 0252): a delay on the database's
+	// clock from the session's expiry; the quarantine is lease + delay.
+	const maxLockDelay = 1500 * time.Millisecond
 	pool := newPool(t, pgURL(t), nil)
 	var mu sync.Mutex
 	prefixes := map[string]bool{}
@@ -50,7 +53,7 @@ func runKit(t *testing.T, planted bool) {
 			mu.Lock()
 			prefixes[namespace] = true
 			mu.Unlock()
-			b, err := pgsimba.New(t.Context(), pool, pgsimba.WithNamespace(namespace), pgsimba.WithMaxLease(lease))
+			b, err := pgsimba.New(t.Context(), pool, pgsimba.WithNamespace(namespace), pgsimba.WithMaxLease(lease), pgsimba.WithMaxLockDelay(maxLockDelay))
 			if err != nil {
 				t.Fatalf("pgsimba.New(%q): %v", namespace, err)
 			}
@@ -68,7 +71,8 @@ func runKit(t *testing.T, planted bool) {
 		},
 		Lease: lease,
 		// The cap, and so the quarantine after a loss (ADR 0130, 0135).
-		MaxLease: lease,
+		MaxLease:     lease,
+		MaxLockDelay: maxLockDelay,
 		// Data loss on SQL: the tables emptied. The quarantine follows,
 		// then tokens keep rising.
 		LoseData: func(t *testing.T) {

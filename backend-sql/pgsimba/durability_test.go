@@ -78,11 +78,11 @@ func testRoutineCommitSettings(t *testing.T, conf string) {
 		args      []any
 		want      string
 	}{
-		{"open", "SELECT " + prefix + "_open_v4($1, $2, '', 4321)", []any{fmt.Sprintf("%032x", 7), int64(time.Minute / time.Microsecond)}, flushed},
+		{"open", "SELECT " + prefix + "_open_v5($1, $2, '', 4321)", []any{fmt.Sprintf("%032x", 7), int64(time.Minute / time.Microsecond)}, flushed},
 		{"renew", "SELECT * FROM " + prefix + "_renew_v3($1, $2, 4321)", []any{string(id), int64(0)}, flushed},
-		{"epoch", "SELECT " + prefix + "_epoch_v2(1000000, 4321)", nil, flushed},
-		{"release", "SELECT " + prefix + "_release_v3($1, $2, $3, 4321)", []any{string(id), []string{"dur"}, []int64{int64(tok)}}, "off"},
-		{"close", "SELECT " + prefix + "_close_v3($1, 4321)", []any{fmt.Sprintf("%032x", 7)}, conf},
+		{"epoch", "SELECT " + prefix + "_epoch_v3(1000000, 4321)", nil, flushed},
+		{"release", "SELECT " + prefix + "_release_v4($1, $2, $3, 4321)", []any{string(id), []string{"dur"}, []int64{int64(tok)}}, "off"},
+		{"close", "SELECT " + prefix + "_close_v4($1, 4321)", []any{fmt.Sprintf("%032x", 7)}, conf},
 		// acquire: below, once epoch_v2's quarantine is lifted (now it
 		// fails with SX002, which aborts its transaction).
 	}
@@ -122,8 +122,8 @@ func testRoutineCommitSettings(t *testing.T, conf string) {
 		t.Fatal(err)
 	}
 	var got int64
-	if err := tx.QueryRow(ctxT(t), "SELECT ("+prefix+"_acquire_v4($1, $2, 1000000, 4321))[1]", string(id), []string{"dur2"}).Scan(&got); err != nil || got <= 0 {
-		t.Fatalf("acquire_v4: token %d, %v", got, err)
+	if err := tx.QueryRow(ctxT(t), "SELECT ("+prefix+"_acquire_v5($1, $2, 1000000, 4321, 0))[1]", string(id), []string{"dur2"}).Scan(&got); err != nil || got <= 0 {
+		t.Fatalf("acquire_v5: token %d, %v", got, err)
 	}
 	if v := show(tx); v != flushed {
 		t.Errorf("synchronous_commit %s: after acquire, in its transaction: synchronous_commit = %q, want %q", conf, v, flushed)

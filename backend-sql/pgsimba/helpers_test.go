@@ -77,8 +77,10 @@ func dropSchema(t testing.TB, pool *pgxpool.Pool, prefix string) {
 	_, err := pool.Exec(ctx, `
 DROP FUNCTION IF EXISTS `+prefix+`_acquire_v4, `+prefix+`_open_v4, `+prefix+`_renew_v3, `+prefix+`_acquire_v3, `+prefix+`_epoch_v2,
     `+prefix+`_open_v1, `+prefix+`_open_v2, `+prefix+`_open_v3, `+prefix+`_renew_v1, `+prefix+`_renew_v2,
-    `+prefix+`_acquire_v1, `+prefix+`_acquire_v2, `+prefix+`_epoch_v1, `+prefix+`_release_v1, `+prefix+`_release_v2, `+prefix+`_close_v1, `+prefix+`_close_v2, `+prefix+`_release_v3, `+prefix+`_close_v3;
-DROP TABLE IF EXISTS `+prefix+`_sessions, `+prefix+`_leases, `+prefix+`_schema, `+prefix+`_epoch;`)
+    `+prefix+`_acquire_v1, `+prefix+`_acquire_v2, `+prefix+`_epoch_v1, `+prefix+`_release_v1, `+prefix+`_release_v2, `+prefix+`_close_v1, `+prefix+`_close_v2, `+prefix+`_release_v3, `+prefix+`_close_v3,
+    `+prefix+`_open_v5, `+prefix+`_acquire_v5, `+prefix+`_epoch_v3, `+prefix+`_release_v4, `+prefix+`_close_v4;
+DROP TABLE IF EXISTS `+prefix+`_sessions, `+prefix+`_leases, `+prefix+`_schema, `+prefix+`_epoch, `+prefix+`_marks;
+DROP FUNCTION IF EXISTS `+prefix+`_refuse_v1;`)
 	if err != nil {
 		t.Errorf("drop schema %s: %v", prefix, err)
 	}

@@ -172,7 +172,15 @@ func (b *Backend) listenOnce(ctx context.Context, established func()) (bool, err
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
-	if _, err := conn.Exec(ctx, b.q.channel); err != nil {
+	// A LISTEN connection is idle by nature: the server must not end it
+	// for that (idle_session_timeout, PostgreSQL 14+, often set on a
+	// role), or each timeout loses the notices sent until it is back and
+	// wakes every subscriber. For this connection only, which never goes
+	// back to the pool; a server without the setting skips it.
+	if _, err := conn.Exec(ctx, "SELECT pg_catalog.set_config('idle_session_timeout', '0', false) WHERE pg_catalog.current_setting('idle_session_timeout', true) IS NOT NULL"); err != nil {
+		return false, err
+	}
+	if _, err := conn.Exec(ctx, b.channel); err != nil {
 		return false, err
 	}
 	established()

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -99,4 +100,33 @@ func TestFailingListenerIsLogged(t *testing.T) {
 	if !rec.has("WARN pgsimba: release notices lost") || !rec.has("INFO pgsimba: release notices subscribed again") {
 		t.Errorf("log records %q, want a warning that notices were lost and a note that they are back", rec.msgs)
 	}
+}
+
+// A pool whose connections the server ends when idle (idle_session_timeout,
+// often set on a role) does not end the LISTEN connection, which is idle
+// by nature: it waits for notices. Before, the server ended it every
+// timeout; each time a warning and an info line were logged, notices sent
+// meanwhile were lost, and every subscriber was woken to try everything.
+func TestListenerOutlivesIdleSessionTimeout(t *testing.T) {
+	pool := poolWith(t, map[string]string{"idle_session_timeout": "200ms"}, 0)
+	var rec records
+	prefix := sqltest.FreshPrefix()
+	newBackend(t, pool, prefix)
+	b, err := pgsimba.New(ctxT(t), pool, pgsimba.WithNamespace(prefix), pgsimba.WithLogger(slog.New(&rec)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+	ch, _ := subscribe(t, b)
+	next(t, ch, "empty notice once LISTEN is up", func(n driver.Notice) bool { return n.Name == "" })
+	time.Sleep(time.Second) // five of the server's idle timeouts
+	if rec.has("release notices lost") {
+		t.Errorf("log records %q: the server ended the idle LISTEN connection", rec.msgs)
+	}
+	holder := open(t, b, 10*time.Second)
+	tok := acquireWaited(t, b, holder, "x")
+	if err := b.Release(ctxT(t), driver.ReleaseRequest{ID: holder, Leases: []driver.Lease{{Name: "x", Token: tok}}}); err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch, "the release notice of x", func(n driver.Notice) bool { return n.Name == "x" })
 }

@@ -39,7 +39,7 @@ func blockedBy(t *testing.T, pool *pgxpool.Pool, pid int32) {
 	}
 }
 
-// openAcquire runs acquire_v4 for id and name in a transaction left open,
+// openAcquire runs acquire_v5 for id and name in a transaction left open,
 // so that it holds the name's row; it returns the transaction, its
 // server process and the token it answered.
 func openAcquire(t *testing.T, pool *pgxpool.Pool, prefix string, id driver.ID, name string) (pgx.Tx, int32, int64) {
@@ -55,8 +55,8 @@ func openAcquire(t *testing.T, pool *pgxpool.Pool, prefix string, id driver.ID, 
 	}
 	var got []int64
 	// prefix is a fresh valid prefix, the only text placed into SQL here.
-	if err := tx.QueryRow(ctxT(t), "SELECT "+prefix+"_acquire_v4($1, $2, 1000000, 5000)", string(id), []string{name}).Scan(&got); err != nil {
-		t.Fatalf("acquire_v4 of %s in an open transaction: %v", name, err)
+	if err := tx.QueryRow(ctxT(t), "SELECT "+prefix+"_acquire_v5($1, $2, 1000000, 5000, 0)", string(id), []string{name}).Scan(&got); err != nil {
+		t.Fatalf("acquire_v5 of %s in an open transaction: %v", name, err)
 	}
 	return tx, pid, got[0]
 }
@@ -152,7 +152,7 @@ func TestAcquireRefusesMalformedTokens(t *testing.T) {
 		{"'[0:0]={7}'", "dimensions"},
 	} {
 		// prefix is a fresh valid prefix; the replies are the test's own.
-		if _, err := pool.Exec(ctxT(t), "CREATE OR REPLACE FUNCTION "+prefix+"_acquire_v4(p_id text, p_names text[], p_quarantine_us bigint, p_wait_ms bigint) RETURNS bigint[] LANGUAGE sql AS $$ SELECT "+c.reply+"::bigint[] $$"); err != nil {
+		if _, err := pool.Exec(ctxT(t), "CREATE OR REPLACE FUNCTION "+prefix+"_acquire_v5(p_id text, p_names text[], p_quarantine_us bigint, p_wait_ms bigint, p_delay_us bigint) RETURNS bigint[] LANGUAGE sql AS $$ SELECT "+c.reply+"::bigint[] $$"); err != nil {
 			t.Fatal(err)
 		}
 		rep, err := b.Acquire(ctxT(t), driver.AcquireRequest{ID: id, Names: []string{"x"}})
@@ -162,43 +162,5 @@ func TestAcquireRefusesMalformedTokens(t *testing.T) {
 	}
 }
 
-// On a namespace at version 5, a process still on version 4 code keeps
-// working: its acquire (acquire_v3) grants and refuses, its release
-// (release_v2) notifies always, its close (close_v2) frees.
-func TestVersion4RoutinesOnVersion5(t *testing.T) {
-	pool, prefix, b, ch := listening(t)
-	a := open(t, b, 10*time.Second)
-	w := open(t, b, 10*time.Second)
-	// prefix is a fresh valid prefix, the only text placed into SQL here.
-	acquireV3 := func(id driver.ID, name string) int64 {
-		t.Helper()
-		var n string
-		var tok int64
-		if err := pool.QueryRow(ctxT(t), "SELECT r_name, r_token FROM "+prefix+"_acquire_v3($1, $2, 1000000, 5000)", string(id), []string{name}).Scan(&n, &tok); err != nil || n != name {
-			t.Fatalf("acquire_v3 %s: %q, %v", name, n, err)
-		}
-		return tok
-	}
-	tok := acquireV3(a, "old")
-	if tok <= 0 {
-		t.Fatalf("acquire_v3 granted token %d", tok)
-	}
-	if got := acquireV3(w, "old"); got != 0 {
-		t.Fatalf("acquire_v3 took a held name: token %d", got)
-	}
-	var n int
-	if err := pool.QueryRow(ctxT(t), "SELECT "+prefix+"_release_v2($1, $2, $3, 5000)", string(a), []string{"old"}, []int64{tok}).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("release_v2: %d, %v", n, err)
-	}
-	next(t, ch, "notice for old from release_v2", func(n driver.Notice) bool { return n.Name == "old" })
-	if got := acquire(t, b, w, "old"); got <= uint64(tok) {
-		t.Fatalf("version 5 acquire after release_v2: token %d, want > %d", got, tok)
-	}
-	acquireV3(a, "old2")
-	if err := pool.QueryRow(ctxT(t), "SELECT "+prefix+"_close_v2($1, 5000)", string(a)).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("close_v2: %d, %v", n, err)
-	}
-	if got := acquire(t, b, w, "old2"); got == 0 {
-		t.Fatal("old2 still held after close_v2")
-	}
-}
+// The older routines on a namespace at version 7: TestOlderGrantsRefusedOnVersion7
+// (rows_test.go); version 7 refuses their grants (ADR 0250).

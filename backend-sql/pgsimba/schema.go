@@ -1,5 +1,7 @@
 package pgsimba
 
+import "strings"
+
 // schema creates the tables and routines of one namespace. "{p}" is the
 // validated table prefix (core.Expand); nothing else is interpolated. Every
 // statement is idempotent and the whole runs under a transaction-scoped
@@ -718,7 +720,404 @@ END $$;
 
 UPDATE {p}_schema SET version = 5, compatible_from = 1 WHERE id = 1;
 `,
+	// 6 (ADR 0170): every routine of the namespace resolves names in the
+	// namespace's schema ({s}) only, whatever the caller's search_path: a
+	// routine's body names its tables and the routines it calls
+	// unqualified, which PostgreSQL resolves at each call by the
+	// search_path in effect, so a pool whose search_path left the schema
+	// out would run the routine on other tables of the same names, or
+	// fail. A SET clause on the routine, not a change of its body, so
+	// processes not yet upgraded (which find the routines by their own
+	// search_path) run the same bodies, on the namespace's tables. The
+	// clause restores only search_path on return: the routines'
+	// set_config of lock_timeout and synchronous_commit for their
+	// transaction stay in effect (ADR 0160). pg_temp last, so a temporary
+	// table never shadows the namespace's.
+	5: `
+DO $simba$
+DECLARE
+    v_fn regprocedure;
+BEGIN
+    FOR v_fn IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+                 WHERE p.pronamespace = '"{s}"'::regnamespace AND p.proname = ANY (ARRAY[` + routineList + `])
+    LOOP
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = %I, pg_temp', v_fn, '{s}');
+    END LOOP;
+END $simba$;
+
+UPDATE {p}_schema SET version = 6, compatible_from = 1 WHERE id = 1;
+`,
+	// 7 (ADR 0250, ADR 0251): no row per name, and the lock-delay. A
+	// lease row lives only while its name is held: release_v4 and
+	// close_v4 delete it, open_v5 sweeps the rows of expired sessions
+	// (bounded), and a takeover reuses the row. Tokens rise per name
+	// through <p>_marks, 1024 high-water marks (created here, never by a
+	// grant), the name's bucket the first 10 bits of md5(name): a grant
+	// locks its bucket, takes token = greatest(mark + 1, the clock in µs,
+	// the row's token + 1 when a row is there) and raises the mark to it
+	// in the same transaction. Names are handled in (bucket, name) order
+	// everywhere, the bucket locked before its names' rows, so two
+	// acquires never deadlock on marks. The marks start from every row's
+	// token (the fold below), then released rows are deleted.
+	//
+	// The older routines would grant from per-name rows that no longer
+	// outlive a release (an INSERT at the clock, below a mark), so they are
+	// refused from now on: a trigger fails every write of theirs that grants
+	// (SQLSTATE SX003, naming the upgrade), the new routines setting
+	// simba.grants for their transaction; their releases, closes, opens,
+	// renewals and waited marks still run, so their processes end their
+	// terms cleanly. compatible_from 7: older code refuses to start.
+	//
+	// The lock-delay: a grant records its delay (delay_us); a name whose
+	// owner's session expired without a release stays refused until the
+	// database's clock passes the session's expiry + delay (ended_at, the
+	// first look, when the session's row is gone: swept by older code).
+	6: `
+CREATE TABLE IF NOT EXISTS {p}_marks (
+    bucket integer PRIMARY KEY CHECK (bucket BETWEEN 0 AND 1023),
+    token  bigint  NOT NULL
+);
+INSERT INTO {p}_marks (bucket, token) SELECT b, 0 FROM generate_series(0, 1023) b
+ON CONFLICT (bucket) DO NOTHING;
+
+ALTER TABLE {p}_leases ADD COLUMN IF NOT EXISTS delay_us bigint NOT NULL DEFAULT 0;
+ALTER TABLE {p}_leases ADD COLUMN IF NOT EXISTS ended_at timestamptz;
+
+CREATE OR REPLACE FUNCTION {p}_refuse_v1() RETURNS trigger
+LANGUAGE plpgsql SET search_path = "{s}", pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION 'simba: namespace {p} is at schema version 7, which keeps no row per name (ADR 0250): this process runs an older Simba, whose grants it refuses; upgrade it'
+        USING ERRCODE = 'SX003';
+END $$;
+
+-- Taken with SHARE ROW EXCLUSIVE: writers in flight finish first, later
+-- ones wait for this transaction's commit, after which the trigger
+-- refuses the older routines' grants; so the fold sees every token.
+DROP TRIGGER IF EXISTS {p}_leases_v7 ON {p}_leases;
+CREATE TRIGGER {p}_leases_v7 BEFORE INSERT OR UPDATE OF token ON {p}_leases
+FOR EACH ROW WHEN (NEW.held AND current_setting('simba.grants', true) IS DISTINCT FROM 'v7')
+EXECUTE PROCEDURE {p}_refuse_v1();
+
+UPDATE {p}_marks m SET token = greatest(m.token, f.token)
+  FROM (SELECT ('x' || substr(md5(l.name), 1, 3))::bit(12)::integer >> 2 AS bucket, max(l.token) AS token
+          FROM {p}_leases l WHERE l.name <> '~epoch' GROUP BY 1) f
+ WHERE m.bucket = f.bucket;
+DELETE FROM {p}_leases l WHERE NOT l.held AND l.name <> '~epoch';
+
+CREATE OR REPLACE FUNCTION {p}_open_v5(p_id text, p_lease_us bigint, p_owner text, p_wait_ms bigint) RETURNS bigint
+LANGUAGE plpgsql SET search_path = "{s}", pg_temp AS $$
+DECLARE
+    v_exp  timestamptz;
+    v_ids  text[];
+    v_name text;
+BEGIN
+    PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true), -- bounded waits
+            CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END;
+    -- The sweep, bounded: up to 100 expired sessions that nobody is
+    -- renewing or sweeping; their lease rows whose lock-delay has passed
+    -- (skipping rows a candidate holds), then those of them left with no
+    -- held lease. A session still in a lock-delay stays for a later open,
+    -- and is not among the 100 (ADR 0285): 100 of them would take the
+    -- sweep from every other for the length of their delay.
+    SELECT array_agg(g.id) INTO v_ids FROM (
+        SELECT s.id FROM {p}_sessions s WHERE s.expires_at < clock_timestamp()
+           AND (NOT EXISTS (SELECT 1 FROM {p}_leases k WHERE k.session_id = s.id AND k.held)
+                OR EXISTS (SELECT 1 FROM {p}_leases k WHERE k.session_id = s.id AND k.held
+                              AND s.expires_at + k.delay_us * interval '1 microsecond' <= clock_timestamp()))
+         LIMIT 100 FOR UPDATE SKIP LOCKED) g;
+    IF v_ids IS NOT NULL THEN
+        -- A swept name is free: one an acquire was refused is announced,
+        -- as a release would (ADR 0162; a takeover would have kept the
+        -- mark for the next holder's release, a sweep deletes it).
+        FOR v_name IN
+            WITH d AS (
+                DELETE FROM {p}_leases l WHERE l.name IN (
+                    SELECT k.name FROM {p}_leases k JOIN {p}_sessions ks ON ks.id = k.session_id
+                     WHERE k.session_id = ANY (v_ids) AND k.held
+                       AND ks.expires_at + k.delay_us * interval '1 microsecond' <= clock_timestamp()
+                       FOR UPDATE OF k SKIP LOCKED)
+                RETURNING l.name, l.waited)
+            SELECT d.name FROM d WHERE d.waited
+        LOOP
+            PERFORM pg_notify('{p}_released', v_name);
+        END LOOP;
+        DELETE FROM {p}_sessions s WHERE s.id = ANY (v_ids)
+           AND NOT EXISTS (SELECT 1 FROM {p}_leases l WHERE l.session_id = s.id AND l.held);
+    END IF;
+    INSERT INTO {p}_sessions AS s (id, expires_at, lease, version, owner)
+    VALUES (p_id, clock_timestamp() + p_lease_us * interval '1 microsecond',
+            p_lease_us * interval '1 microsecond', 1, nullif(p_owner, ''))
+    RETURNING s.expires_at INTO v_exp;
+    RETURN (extract(epoch FROM v_exp - clock_timestamp()) * 1000000)::bigint;
+END $$;
+
+-- acquire_v5 is acquire_v4 over marks (see above): the tokens as one
+-- array in the order of p_names (0: held by a live session, or waiting
+-- out a lock-delay); SQLSTATE SX001 (session expired) and SX002 (records
+-- lost, quarantined, or a mark missing) roll back all it did.
+CREATE OR REPLACE FUNCTION {p}_acquire_v5(p_id text, p_names text[], p_quarantine_us bigint, p_wait_ms bigint, p_delay_us bigint)
+RETURNS bigint[]
+LANGUAGE plpgsql SET search_path = "{s}", pg_temp AS $$
+DECLARE
+    v_i      bigint;
+    v_name   text;
+    v_b      integer;
+    v_lastb  integer := -1;
+    v_mark   bigint;
+    v_owner  text;
+    v_token  bigint;
+    v_held   boolean;
+    v_waited boolean;
+    v_delay  bigint;
+    v_ended  timestamptz;
+    v_end    timestamptz;
+    v_alive  boolean;
+    v_grant  boolean;
+    v_won    boolean := false;
+    v_tokens bigint[] := '{}';
+BEGIN
+    PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true), set_config('simba.grants', 'v7', true),
+            CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END;
+    FOR v_i, v_name, v_b IN
+        SELECT n.i, n.name, ('x' || substr(md5(n.name), 1, 3))::bit(12)::integer >> 2
+          FROM unnest(p_names) WITH ORDINALITY AS n(name, i) ORDER BY 3, n.name COLLATE "C"
+    LOOP
+        IF v_b <> v_lastb THEN
+            -- The bucket first, then its names' rows: one order for all.
+            SELECT m.token INTO v_mark FROM {p}_marks m WHERE m.bucket = v_b FOR UPDATE;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'simba: namespace {p} lost its records or is quarantined' USING ERRCODE = 'SX002';
+            END IF;
+            v_lastb := v_b;
+        END IF;
+        v_grant := false;
+        SELECT l.session_id, l.token, l.held, l.waited, l.delay_us, l.ended_at
+          INTO v_owner, v_token, v_held, v_waited, v_delay, v_ended
+          FROM {p}_leases l WHERE l.name = v_name FOR UPDATE;
+        IF NOT FOUND THEN
+            -- Free: no row. Any other grant of the name would need the
+            -- bucket's lock, which this transaction holds.
+            v_token := greatest(v_mark + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+            INSERT INTO {p}_leases (name, session_id, token, held, delay_us)
+            VALUES (v_name, p_id, v_token, true, p_delay_us);
+            v_grant := true;
+        ELSIF v_held AND v_owner = p_id THEN
+            NULL; -- already ours: the token it is owned under
+        ELSE
+            v_alive := NULL;
+            v_end := NULL;
+            IF v_held THEN
+                SELECT s.expires_at > clock_timestamp(), s.expires_at INTO v_alive, v_end
+                  FROM {p}_sessions s WHERE s.id = v_owner;
+                IF v_alive IS NOT TRUE THEN
+                    -- A renewal may be in flight (see acquire_v1).
+                    PERFORM 1 FROM {p}_sessions s WHERE s.id = v_owner FOR SHARE;
+                    SELECT s.expires_at > clock_timestamp(), s.expires_at INTO v_alive, v_end
+                      FROM {p}_sessions s WHERE s.id = v_owner;
+                END IF;
+                IF v_alive IS NOT TRUE AND v_delay > 0 THEN
+                    -- The owner's session ended without a release: the
+                    -- name waits out its lock-delay from the session's
+                    -- expiry, or, the row gone, from the first look.
+                    IF v_end IS NULL THEN
+                        IF v_ended IS NULL THEN
+                            v_ended := clock_timestamp();
+                            UPDATE {p}_leases l SET ended_at = v_ended WHERE l.name = v_name;
+                        END IF;
+                        v_end := v_ended;
+                    END IF;
+                    IF clock_timestamp() < v_end + v_delay * interval '1 microsecond' THEN
+                        v_alive := true;
+                    END IF;
+                END IF;
+            END IF;
+            IF v_alive THEN
+                -- Refused: mark the name waited for (ADR 0162).
+                IF NOT v_waited THEN
+                    UPDATE {p}_leases l SET waited = true WHERE l.name = v_name;
+                END IF;
+                v_token := 0;
+            ELSIF v_held THEN
+                -- A takeover: the mark stays (its waiters were not notified).
+                v_token := greatest(v_token + 1, v_mark + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+                UPDATE {p}_leases l SET session_id = p_id, token = v_token, delay_us = p_delay_us, ended_at = NULL
+                 WHERE l.name = v_name;
+                v_grant := true;
+            ELSE
+                -- A row an older process's release left: as a release
+                -- that notified, the mark goes.
+                v_token := greatest(v_token + 1, v_mark + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+                UPDATE {p}_leases l SET session_id = p_id, held = true, waited = false, token = v_token, delay_us = p_delay_us, ended_at = NULL
+                 WHERE l.name = v_name;
+                v_grant := true;
+            END IF;
+        END IF;
+        IF v_grant THEN
+            UPDATE {p}_marks m SET token = v_token WHERE m.bucket = v_b;
+            v_mark := v_token;
+            v_won := true;
+        END IF;
+        v_tokens[v_i] := v_token;
+    END LOOP;
+    IF v_won THEN
+        UPDATE {p}_sessions s SET version = s.version + 1
+         WHERE s.id = p_id AND s.expires_at > clock_timestamp()
+           AND EXISTS (SELECT 1 FROM {p}_epoch ke JOIN {p}_sessions ks ON ks.id = '~epoch' JOIN {p}_leases kl ON kl.name = '~epoch' WHERE ke.id = 1 AND ke.quarantine_until <= clock_timestamp());
+    ELSE
+        PERFORM 1 FROM {p}_sessions s WHERE s.id = p_id AND s.expires_at > clock_timestamp()
+           AND EXISTS (SELECT 1 FROM {p}_epoch ke JOIN {p}_sessions ks ON ks.id = '~epoch' JOIN {p}_leases kl ON kl.name = '~epoch' WHERE ke.id = 1 AND ke.quarantine_until <= clock_timestamp());
+    END IF;
+    IF NOT FOUND THEN
+        PERFORM 1 FROM {p}_sessions s WHERE s.id = p_id AND s.expires_at > clock_timestamp();
+        IF FOUND THEN
+            RAISE EXCEPTION 'simba: namespace {p} lost its records or is quarantined' USING ERRCODE = 'SX002';
+        END IF;
+        RAISE EXCEPTION 'simba: session % expired or unknown', p_id USING ERRCODE = 'SX001';
+    END IF;
+    RETURN v_tokens;
+END $$;
+
+-- epoch_v3 is epoch_v2 that also finds missing marks: it puts them back
+-- (at 0) and quarantines, so that tokens start again from the clock
+-- after every term granted before the loss has ended.
+CREATE OR REPLACE FUNCTION {p}_epoch_v3(p_quarantine_us bigint, p_wait_ms bigint) RETURNS bigint
+LANGUAGE plpgsql SET search_path = "{s}", pg_temp AS $$
+DECLARE
+    v_left  bigint;
+    v_until timestamptz;
+BEGIN
+    PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true), -- as epoch_v2
+            CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', true) END;
+    -- epoch_v1 takes the epoch table's lock, held to the commit, so the
+    -- finders of lost marks take turns too.
+    v_left := {p}_epoch_v1(p_quarantine_us, p_wait_ms);
+    IF (SELECT count(*) FROM {p}_marks) < 1024 THEN
+        INSERT INTO {p}_marks (bucket, token) SELECT b, 0 FROM generate_series(0, 1023) b
+        ON CONFLICT (bucket) DO NOTHING;
+        UPDATE {p}_epoch e SET quarantine_until = greatest(e.quarantine_until, clock_timestamp() + p_quarantine_us * interval '1 microsecond')
+         WHERE e.id = 1
+        RETURNING e.quarantine_until INTO v_until;
+        v_left := greatest(0, ceil(extract(epoch FROM v_until - clock_timestamp()) * 1000000))::bigint;
+    END IF;
+    RETURN v_left;
+END $$;
+
+-- release_v4 deletes each released lease's row; the name's notice as
+-- release_v3's (only when an acquire was refused it). A lease with a
+-- lock-delay whose session has expired stays (ADR 0285): its term ended
+-- at the expiry, and the delay it owes from then is not cut short by a
+-- release that comes after (the paused holder woke up). Whether the
+-- session lives is read once its rows with a delay are locked, under the
+-- session row's lock (rows first, the session row last, as everywhere):
+-- read before (an EXISTS in each DELETE, evaluated before the DELETE
+-- waited for the row that another session's acquire held), it went stale
+-- when the session expired during the wait, and the row went inside its
+-- delay; read without the lock, a renewal committing meanwhile went
+-- unseen and the row stayed, held by a live session that released it.
+CREATE OR REPLACE FUNCTION {p}_release_v4(p_id text, p_names text[], p_tokens bigint[], p_wait_ms bigint)
+RETURNS integer
+LANGUAGE plpgsql SET search_path = "{s}", pg_temp AS $$
+DECLARE
+    v_n       integer := 0;
+    v_name    text;
+    v_token   bigint;
+    v_delay   bigint;
+    v_waited  boolean;
+    v_delayed text[] := '{}';
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true), set_config('lock_timeout', p_wait_ms || 'ms', true);
+    FOR v_name, v_token IN
+        SELECT n.name, n.token FROM unnest(p_names, p_tokens) AS n(name, token)
+         ORDER BY ('x' || substr(md5(n.name), 1, 3))::bit(12)::integer >> 2, n.name COLLATE "C"
+    LOOP
+        SELECT l.delay_us INTO v_delay FROM {p}_leases l
+         WHERE l.name = v_name AND l.token = v_token AND l.session_id = p_id AND l.held FOR UPDATE;
+        IF NOT FOUND THEN
+            CONTINUE;
+        END IF;
+        IF v_delay > 0 THEN
+            v_delayed := v_delayed || v_name; -- locked; goes below if the session lives
+            CONTINUE;
+        END IF;
+        DELETE FROM {p}_leases l WHERE l.name = v_name RETURNING l.waited INTO v_waited;
+        v_n := v_n + 1;
+        IF v_waited THEN
+            PERFORM pg_notify('{p}_released', v_name);
+        END IF;
+    END LOOP;
+    IF cardinality(v_delayed) > 0 THEN
+        PERFORM 1 FROM {p}_sessions s WHERE s.id = p_id FOR UPDATE;
+        IF EXISTS (SELECT 1 FROM {p}_sessions s WHERE s.id = p_id AND s.expires_at > clock_timestamp()) THEN
+            FOREACH v_name IN ARRAY v_delayed LOOP
+                DELETE FROM {p}_leases l WHERE l.name = v_name RETURNING l.waited INTO v_waited;
+                v_n := v_n + 1;
+                IF v_waited THEN
+                    PERFORM pg_notify('{p}_released', v_name);
+                END IF;
+            END LOOP;
+        END IF;
+    END IF;
+    IF v_n > 0 THEN
+        UPDATE {p}_sessions s SET version = s.version + 1 WHERE s.id = p_id;
+    END IF;
+    RETURN v_n;
+END $$;
+
+-- close_v4 deletes the session's lease rows and its row. Once the
+-- session has expired, its leases with a lock-delay stay, and the
+-- session's row with them (ADR 0285): the delay counts from its expiry,
+-- and open_v5's sweep deletes both after it (a close that comes after
+-- the expiry is the paused holder's engine waking up).
+CREATE OR REPLACE FUNCTION {p}_close_v4(p_id text, p_wait_ms bigint) RETURNS integer
+LANGUAGE plpgsql SET search_path = "{s}", pg_temp AS $$
+DECLARE
+    v_name   text;
+    v_waited boolean;
+    v_delay  bigint;
+    v_over   boolean;
+    v_kept   boolean := false;
+    v_n      integer := 0;
+BEGIN
+    PERFORM set_config('lock_timeout', p_wait_ms || 'ms', true);
+    -- Whether the session lives is read once its rows are locked, under
+    -- the session row's lock, as in release_v4: read first, it went stale
+    -- while the close waited for a row (another session's acquire held it)
+    -- and the session expired meanwhile.
+    PERFORM 1 FROM {p}_leases l WHERE l.session_id = p_id AND l.held
+      ORDER BY ('x' || substr(md5(l.name), 1, 3))::bit(12)::integer >> 2, l.name COLLATE "C" FOR UPDATE;
+    PERFORM 1 FROM {p}_sessions s WHERE s.id = p_id FOR UPDATE;
+    v_over := NOT EXISTS (SELECT 1 FROM {p}_sessions s WHERE s.id = p_id AND s.expires_at > clock_timestamp());
+    FOR v_name, v_waited, v_delay IN
+        SELECT l.name, l.waited, l.delay_us FROM {p}_leases l WHERE l.session_id = p_id AND l.held -- locked above
+    LOOP
+        IF v_over AND v_delay > 0 THEN
+            v_kept := true; -- ended by the expiry: its delay stands
+            CONTINUE;
+        END IF;
+        DELETE FROM {p}_leases l WHERE l.name = v_name;
+        IF v_waited THEN -- an acquire was refused it
+            PERFORM pg_notify('{p}_released', v_name);
+        END IF;
+        v_n := v_n + 1;
+    END LOOP;
+    IF NOT v_kept THEN
+        DELETE FROM {p}_sessions s WHERE s.id = p_id;
+    END IF;
+    RETURN v_n;
+END $$;
+
+UPDATE {p}_schema SET version = 7, compatible_from = 7 WHERE id = 1;
+`,
 }
+
+// routineList is every routine's name of the namespace, as SQL literals.
+var routineList = func() string {
+	var l []string
+	for _, r := range ourRoutines {
+		l = append(l, "'{p}"+r+"'")
+	}
+	return strings.Join(l, ", ")
+}()
 
 // initEpoch ends the creation of a new namespace (Migration from 0), in
 // its transaction: tables that did not exist held no leases, so the new

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,6 +73,14 @@ func TestDataLoss(t *testing.T) {
 		},
 		Exec: func(t *testing.T, stmts ...string) {
 			for _, s := range stmts {
+				if strings.HasPrefix(s, "INSERT INTO") {
+					// A restore writes held rows without the grant
+					// routine: the trigger of schema version 7 refuses
+					// writes that grant unless simba.grants says the
+					// writer knows the marks (ADR 0250; pg_restore
+					// --disable-triggers does the same).
+					s = "BEGIN; SELECT set_config('simba.grants', 'v7', true); " + s + "; COMMIT"
+				}
 				if _, err := pool.Exec(ctxT(t), s); err != nil {
 					t.Fatalf("%s: %v", s, err)
 				}
@@ -170,7 +179,9 @@ func TestMigrationWaitsBehindAReaderWithoutBlockingLeaseCalls(t *testing.T) {
 	pool := newPool(t, pgURL(t), nil)
 	prefix := sqltest.FreshPrefix()
 	t.Cleanup(func() { dropSchema(t, pool, prefix) })
-	ddl, err := pgsimba.SchemaAt(prefix, pgsimba.SchemaVersion-1)
+	// Version 4: the migration to 5 alters the leases table (6 alters
+	// routines only).
+	ddl, err := pgsimba.SchemaAt(prefix, 4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -159,7 +159,7 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		if err := zb.Init(ctx); err != nil {
+		if err := zb.ForceInit(ctx); err != nil { // a fresh namespace (ADR 0179)
 			log.Fatal(err)
 		}
 		b, cleanup = zb, func() { _ = zb.Shutdown(ctx) }

@@ -70,6 +70,7 @@ var servers = []struct {
 	{"redis", "SIMBA_REDIS_ADDR", func(v, ns string) string { return "redis://" + v + "?namespace=" + ns }},
 	{"redis-cluster", "SIMBA_REDIS_CLUSTER_ADDRS", func(v, ns string) string { return "redis+cluster://" + v + "?namespace=" + ns }},
 	{"zookeeper", "SIMBA_ZK_SERVERS", func(v, ns string) string { return "zk://" + v + "/simba-cli/" + ns }},
+	{"etcd", "SIMBA_ETCD_ENDPOINTS", func(v, ns string) string { return "etcd://" + v + "/?namespace=/simba-cli/" + ns }},
 }
 
 func sep(u string) string {
@@ -92,8 +93,10 @@ func forEachServer(t *testing.T, body func(t *testing.T, url string)) {
 			ns := fmt.Sprintf("cli%d", time.Now().UnixNano()%1_000_000_000)
 			// A new namespace: initialise it, or its first use would be
 			// quarantined like one that lost its records.
-			if r := simba(t, s.url(v, ns), "init"); r.code != 0 {
-				t.Fatalf("simba init: exit %d: %s", r.code, r.stderr)
+			// --force: the namespace is new by construction, and Init may
+			// refuse on a server started moments ago (CI).
+			if r := simba(t, s.url(v, ns), "init", "--force"); r.code != 0 {
+				t.Fatalf("simba init --force: exit %d: %s", r.code, r.stderr)
 			}
 			body(t, s.url(v, ns))
 		})
@@ -113,6 +116,8 @@ func simba(t *testing.T, url string, args ...string) result {
 	cmd := exec.CommandContext(ctx, binary(t), append([]string{"--backend", url, "--lease", "3s"}, args...)...)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
+	// A process left behind holding the pipes must not hang the test.
+	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Run()
 	r := result{stdout: out.String(), stderr: errb.String()}
 	var ee *exec.ExitError
@@ -291,7 +296,7 @@ func TestExecKillsACommandThatIgnoresSIGTERM(t *testing.T) {
 		t.Fatal("SIMBA_REDIS_ADDR is not set: run `make services` and `. .services/env`")
 	}
 	url := fmt.Sprintf("redis://%s?namespace=cli%d", v, time.Now().UnixNano()%1_000_000_000)
-	if r := simba(t, url, "init"); r.code != 0 { // a new namespace (ADR 0130)
+	if r := simba(t, url, "init", "--force"); r.code != 0 { // a new namespace on a server other tests use (ADR 0130, 0164)
 		t.Fatalf("simba init: exit %d: %s", r.code, r.stderr)
 	}
 	h := start(t, url, "--lease", "2s", "exec", "--lock", "job", "--grace", "300ms", "--", "sh", "-c",

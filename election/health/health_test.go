@@ -99,8 +99,8 @@ func TestUnhealthyWhenATaskRunsOnAfterItsTerm(t *testing.T) {
 		if err := c.Check(nil); err != nil {
 			t.Fatalf("leading: %v", err)
 		}
-		b.Expire(s.ID()) // the term ends at the next renewal
-		advance(5 * time.Second)
+		b.Expire(s.ID()) // the holder hears the notice: its term ends at once (ADR 0228)
+		synctest.Wait()
 		if e.Overrun() != 0 {
 			t.Fatalf("Overrun right after the term ended = %v", e.Overrun())
 		}

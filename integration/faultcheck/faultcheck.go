@@ -54,11 +54,11 @@ const (
 type Event struct {
 	Kind   string `json:"k"`
 	Worker string `json:"w"`
-	Run    int    `json:"n,omitempty"` // the process run (restart count) of Worker
-	T      int64  `json:"t"`           // CLOCK_MONOTONIC, ns
-	Token  uint64 `json:"tok,omitempty"`
-	Until  int64  `json:"u,omitempty"` // Act: believed valid until (CLOCK_MONOTONIC, ns)
-	Reason string `json:"r,omitempty"` // Revoked: the reason; Fault: its kind
+	Run    int    `json:"n,omitempty"`          // the process run (restart count) of Worker
+	T      int64  `json:"t"`                    // CLOCK_MONOTONIC, ns
+	Token  uint64 `json:"tok,omitempty,string"` // a string, as every token in JSON (ADR 0196)
+	Until  int64  `json:"u,omitempty"`          // Act: believed valid until (CLOCK_MONOTONIC, ns)
+	Reason string `json:"r,omitempty"`          // Revoked: the reason; Fault: its kind
 	Killed bool   `json:"killed,omitempty"`
 	// Lease names the lease of Elected, Act and Revoked: a group
 	// partition's ("<group>:p:<p>"); empty for the election.

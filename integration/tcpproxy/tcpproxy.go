@@ -20,6 +20,7 @@ type Proxy struct {
 	latency time.Duration
 	cut     bool
 	closed  bool
+	clients int // client connections open
 	wg      sync.WaitGroup
 }
 
@@ -80,6 +81,15 @@ func (p *Proxy) Close() error {
 	return err
 }
 
+// Clients is the number of client connections open through the proxy:
+// which server a client is connected to, when it dials each through its
+// own proxy.
+func (p *Proxy) Clients() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.clients
+}
+
 func (p *Proxy) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -114,6 +124,9 @@ func (p *Proxy) accept() {
 		if !p.track(c) {
 			continue
 		}
+		p.mu.Lock()
+		p.clients++
+		p.mu.Unlock()
 		p.wg.Add(1)
 		go p.serve(c)
 	}
@@ -121,7 +134,12 @@ func (p *Proxy) accept() {
 
 func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
-	defer p.untrack(client)
+	defer func() {
+		p.untrack(client)
+		p.mu.Lock()
+		p.clients--
+		p.mu.Unlock()
+	}()
 	if _, cut := p.state(); cut {
 		// A dead link: read and drop until the client gives up or the
 		// cut heals (KillConns closes us).

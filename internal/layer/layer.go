@@ -39,10 +39,26 @@ type ClaimHandler interface {
 
 // Refusals is implemented by a ClaimHandler that wants to know when an
 // attempt of the claim did not win (a lock's TryAcquire): err is nil when
-// another session holds the lease, else why the attempt failed. Refused
-// runs with the engine's lock held.
+// the lease is held (by another session, or by an earlier lease of this
+// one that is being released again: "already yours" under a token this
+// session released), else why the attempt failed. Every attempt is
+// answered: by Won or by Refused. Refused runs with the engine's lock held.
 type Refusals interface {
 	Refused(err error)
+}
+
+// LockDelayer is implemented by a ClaimHandler whose terms ask the backend
+// for a lock-delay (election.WithLockDelay, lock.WithLockDelay): after a
+// term that ends without a release, the backend refuses the name to every
+// session for that long (driver.AcquireRequest.LockDelay, ADR 0240). The
+// session reads it once, when the claim is registered: one Acquire carries
+// one delay, so claims with different delays go in separate calls. An
+// attempt the backend refuses for its delay (an error wrapping
+// session.ErrLockDelay: above the backend's WithMaxLockDelay) is answered
+// through Refusals, and the claim stops competing: the backend would refuse
+// every later attempt alike.
+type LockDelayer interface {
+	LockDelay() time.Duration
 }
 
 // Describer is implemented by a ClaimHandler that reports itself in the
@@ -79,6 +95,9 @@ type Claim interface {
 	// or the session ended, or at once if no lease is held). It reports
 	// whether a release was sent.
 	Release(reason term.RevokeReason, done func()) bool
+	// ReleaseRun is Release with done.Run as done, without the allocation
+	// of a method value (a lock's Close).
+	ReleaseRun(reason term.RevokeReason, done Runner) bool
 	// Drop unregisters the claim, releasing its lease if one is held. The
 	// name can be claimed again afterwards.
 	Drop()
@@ -114,6 +133,10 @@ type Engine interface {
 	// given up as if it had timed out. The caller must not hold anything
 	// the backend call needs.
 	DoWait(ctx context.Context, f func())
+	// DoWaitRun is DoWait(ctx, r.Run) without the allocation of a method
+	// value: a lock's acquire and Close pass a pointer of a named type of
+	// theirs, which becomes a Runner for free.
+	DoWaitRun(ctx context.Context, r Runner)
 	// WaitRunning blocks until stop is closed, ctx ends or the session
 	// closes, and meanwhile runs on the calling goroutine the backend
 	// calls that attempt the claim of name alone (a release notice's, a
@@ -150,6 +173,11 @@ type Engine interface {
 	AfterFunc(d time.Duration, f func()) (stop func() bool)
 	// Now reads the session's clock.
 	Now() time.Time
+	// LiveSince reports whether the session is LIVE (its renewals work)
+	// and since when, on its clock: a group tells a member that cannot
+	// see the group from a backend that is down for every call (ADR
+	// 0226). Lock held.
+	LiveSince() (since time.Time, live bool)
 	// Jitter returns a random number in [0, 1) from the session's Env.
 	Jitter() float64
 	// WantAll is Want(true) for every claim of cs (all registered on this
@@ -192,6 +220,9 @@ func Of(s any) (Engine, bool) {
 	return l.e, true
 }
 
+// A Runner is a step DoWaitRun runs with the engine's lock held.
+type Runner interface{ Run() }
+
 // contextKey marks the contexts a session hands out (a term's context).
 type contextKey struct{}
 
@@ -199,6 +230,28 @@ type contextKey struct{}
 // recognises as handed out by e's session.
 func WithEngine(parent context.Context, e Engine) context.Context {
 	return context.WithValue(parent, contextKey{}, e)
+}
+
+// WithEngineValue is WithEngine(context.WithValue(parent, key, val), e) in
+// one allocation instead of two: every term's context is made so.
+func WithEngineValue(parent context.Context, e Engine, key, val any) context.Context {
+	return &engineValueCtx{Context: parent, e: e, key: key, val: val}
+}
+
+type engineValueCtx struct {
+	context.Context
+	e        Engine
+	key, val any
+}
+
+func (c *engineValueCtx) Value(key any) any {
+	switch {
+	case key == contextKey{}:
+		return c.e
+	case key == c.key:
+		return c.val
+	}
+	return c.Context.Value(key)
 }
 
 // FromContext returns the Engine of the session that handed out ctx (a

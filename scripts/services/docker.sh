@@ -3,9 +3,11 @@
 #
 # No registry is reachable from CI, so the image is built here, once, from
 # Debian's packages: debootstrap a minimal bookworm rootfs (the tarball is
-# cached), install postgresql, mariadb-server, redis-server and zookeeper in
-# a chroot, `docker import` it. One image for all servers: four builds would
-# download and unpack the same base four times (see docs/adr/0110).
+# cached), install postgresql, mariadb-server, redis-server, zookeeper and
+# etcd-server in a chroot, `docker import` it. One image for all servers:
+# five builds would download and unpack the same base five times (see
+# docs/adr/0110). The tag is the cache key (an engine that has it builds
+# nothing): a change to the package list bumps it (ADR 0265).
 #
 # The engine is ours, not the system's: its own data root, socket and pid
 # file under $DOCKER_STATE (machine-wide, so a fresh clone on the same
@@ -17,8 +19,8 @@
 # image cannot be pulled; cleanup is t.Cleanup plus a label sweep).
 DOCKER_STATE=${SIMBA_DOCKER_STATE:-/var/lib/simba-docker}
 DOCKER_SOCK=$DOCKER_STATE/docker.sock
-SIMBA_IMAGE=simba-servers:bookworm-1
-SIMBA_IMAGE_PKGS="postgresql mariadb-server redis-server redis-tools zookeeper procps"
+SIMBA_IMAGE=simba-servers:bookworm-2
+SIMBA_IMAGE_PKGS="postgresql mariadb-server redis-server redis-tools zookeeper etcd-server procps"
 
 docker_install() {
   if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then

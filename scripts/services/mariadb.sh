@@ -4,7 +4,10 @@ mariadb_start() {
     if ! command -v mariadbd >/dev/null; then
       apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server >/dev/null
     fi
-    start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+    # By its pid file: matched by --exec alone, the checkouts' private
+    # mariadbd processes read as the shared server "already running", and
+    # a crashed shared server was never started again.
+    start-stop-daemon --start --oknodo --background --pidfile /run/mysqld/mysqld.pid --exec /usr/sbin/mariadbd
     wait_port 3306 60
   fi
   mariadb -h 127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS test" >/dev/null

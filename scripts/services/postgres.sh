@@ -10,6 +10,12 @@ postgres_start() {
   psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='test'" 2>/dev/null | grep -q 1 ||
     psql -h 127.0.0.1 -U postgres -c "CREATE DATABASE test" >/dev/null
   setenv SIMBA_POSTGRES_URL "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+  # PgBouncer for the transaction-pooling rows of the deployment matrix: the
+  # tests start their own private one; the package's own service stays off.
+  if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null
+  fi
+  setenv SIMBA_PGBOUNCER "$(command -v pgbouncer || echo /usr/sbin/pgbouncer)"
   postgres_restartable_start
 }
 postgres_stop() { postgres_restartable_stop; }

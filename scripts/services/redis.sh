@@ -4,8 +4,11 @@
 REDIS_CLUSTER_PORTS=(7001 7002 7003)
 
 redis_install() {
-  if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null
+  if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null || ! command -v redis-sentinel >/dev/null; then
+    # redis-sentinel: backend-redis's failover tests run a private Sentinel
+    # (its package starts no service where policy-rc.d forbids it; the
+    # tests start their own on spare ports).
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools redis-sentinel >/dev/null
   fi
 }
 
@@ -17,6 +20,7 @@ redis_start() {
     wait_port 6379 30
   fi
   setenv SIMBA_REDIS_ADDR "127.0.0.1:6379"
+  setenv SIMBA_REDIS_SENTINEL_BIN "$(command -v redis-sentinel)"
   redis_cluster_start
 }
 

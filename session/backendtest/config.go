@@ -44,6 +44,34 @@ type Config struct {
 	// fails if a reply announces a quarantine anyway.
 	MaxLease time.Duration
 
+	// MaxLockDelay is the longest lock-delay the backend under test
+	// honours: the cap it was built with (WithMaxLockDelay, the same option
+	// on every backend; driver.AcquireRequest.LockDelay). When set, the kit
+	// checks that a term won with this delay and ended by its session's
+	// expiry leaves its name refused to another session for the delay
+	// after the session's end, then granted with a higher token; that a
+	// Release or a Close frees the name at once; that a delay above it,
+	// or a negative one, fails the whole request with an error wrapping
+	// driver.ErrLockDelay and naming WithMaxLockDelay; and, with LoseData
+	// and MaxLease, that the quarantine lasts MaxLease + MaxLockDelay.
+	// Without Advance the expiry subtest waits about Lease + MaxLockDelay
+	// + 2 × ExpiryGrace of real time, so keep it short (1 to 2s) and longer
+	// than ExpiryGrace, or the check that the delay is honoured says little.
+	// The backend's delay may end up to ExpiryGrace late (a TTL's
+	// rounding), as its sessions may. Zero skips the lock-delay subtests.
+	MaxLockDelay time.Duration
+
+	// HoldAfterExpiry declares a backend that may keep a name whose term
+	// ended without a release (its session expired) refused for up to
+	// this long after the first candidate found the end, whatever the
+	// lock-delay asked: etcd's revoke guard (ADR 0305) holds such a name
+	// for its session's lease. TakeoverAfterExpiry then asks again, its
+	// session renewing, until the name is granted, and fails if that takes
+	// longer than HoldAfterExpiry + 2 × ExpiryGrace after the session's
+	// end at the latest. Zero (every other backend): the first Acquire
+	// after the expiry must get the name.
+	HoldAfterExpiry time.Duration
+
 	// Init, if not nil, initialises a new namespace with the backend's
 	// explicit initialisation step (Backend.Init on Redis and ZooKeeper),
 	// which creates the namespace's epoch record so that its first use is

@@ -10,7 +10,7 @@ import (
 // dataLoss runs last and alone (see Run), only with Config.LoseData.
 var dataLoss = testCase{
 	name:    "TokensSurviveDataLoss",
-	promise: "after the store loses its data, old sessions stay expired, no lease is granted for one maximum lease (the quarantine, with Config.MaxLease), to any client, not only the one that found the loss, and every new token is higher than every earlier one for its name",
+	promise: "after the store loses its data, old sessions stay expired, no lease is granted for one maximum lease plus one maximum lock-delay (the quarantine, with Config.MaxLease and Config.MaxLockDelay), to any client, not only the one that found the loss, and every new token is higher than every earlier one for its name",
 	f: func(e *env) {
 		// A machine that stalls for one MaxLease at the wrong moment makes
 		// the quarantine rightly end before it is observed: the scenario
@@ -21,9 +21,9 @@ var dataLoss = testCase{
 			if dataLossOnce(e) || e.t.Failed() {
 				return
 			}
-			e.wait(e.cfg.MaxLease) // the quarantine is over: a fresh start
+			e.wait(e.quarantineLen()) // the quarantine is over: a fresh start
 		}
-		e.errorf("%d attempts each took a MaxLease (%v) or more between the loss and an Acquire: the quarantine could not be observed; raise Config.MaxLease for this machine", attempts, e.cfg.MaxLease)
+		e.errorf("%d attempts each took a quarantine (%v) or more between the loss and an Acquire: the quarantine could not be observed; raise Config.MaxLease for this machine", attempts, e.quarantineLen())
 	},
 }
 
@@ -130,7 +130,7 @@ var namespaceCases = []testCase{
 	{
 		name:    "UninitialisedNamespaceQuarantined",
 		waits:   true,
-		promise: "a namespace nobody initialised cannot be told from one that lost its records: its first Acquire is quarantined for one maximum lease, then grants (only with Config.Init)",
+		promise: "a namespace nobody initialised cannot be told from one that lost its records: its first Acquire is quarantined for one maximum lease (plus one maximum lock-delay), then grants (only with Config.Init)",
 		f: func(e *env) {
 			if e.cfg.Init == nil {
 				e.t.Skip("Config.Init is nil: the backend creates its namespaces, which start initialised")
@@ -140,7 +140,7 @@ var namespaceCases = []testCase{
 			s := e.open()
 			q, ok := s.quarantined(start, true, "x")
 			if !ok {
-				e.t.Errorf("the first Acquire came a MaxLease (%v) after the namespace's first use: the quarantine could not be observed; raise Config.MaxLease for this machine", e.cfg.MaxLease)
+				e.t.Errorf("the first Acquire came a quarantine (%v) after the namespace's first use: the quarantine could not be observed; raise Config.MaxLease for this machine", e.quarantineLen())
 				return
 			}
 			s.pass(q + e.quarantineSlack())

@@ -36,5 +36,9 @@
 // tokens that keep rising after the store lost its data and, with
 // [Config.MaxLease], for the quarantine of one maximum lease that follows
 // the loss (ADR 0130); a Config with [Config.Init] is also checked for the
-// quarantine of a namespace nobody initialised.
+// quarantine of a namespace nobody initialised; a Config with
+// [Config.MaxLockDelay] is also checked for the lock-delay (ADR 0240): a
+// name refused for the delay after its holder's session expired, free at
+// once after a Release or a Close, delays out of range refused, and a
+// quarantine of the maximum lease plus the maximum lock-delay.
 package backendtest

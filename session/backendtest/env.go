@@ -23,6 +23,19 @@ type env struct {
 	// initialised: Config.Init has run for ns (or must not: the subtest
 	// checks an uninitialised namespace).
 	initialised bool
+	// advanced is the virtual time this subtest has let pass (only with
+	// Config.Advance), which now reads.
+	advanced time.Duration
+}
+
+// now reads the kit's view of the backend's time: the virtual time the
+// subtest advanced, with Config.Advance, else the real clock. Only
+// differences of two readings mean anything.
+func (e *env) now() time.Time {
+	if e.cfg.Advance != nil {
+		return time.Unix(0, 0).Add(e.advanced)
+	}
+	return time.Now()
 }
 
 // newNamespace returns "kt" and 8 random hex digits: lowercase letters and
@@ -59,6 +72,7 @@ func (e *env) wait(d time.Duration) {
 	e.t.Helper()
 	if e.cfg.Advance != nil {
 		e.cfg.Advance(e.t, d)
+		e.advanced += d
 		return
 	}
 	timer := time.NewTimer(d)
@@ -167,9 +181,15 @@ func (s *sess) renew(known uint64) driver.RenewReply {
 // that the results match the request one for one.
 func (s *sess) acquireAll(names ...string) []driver.AcquireResult {
 	s.e.t.Helper()
-	reply, err := s.b.Acquire(s.e.ctx(), driver.AcquireRequest{ID: s.id, Names: names})
+	return s.acquireAllWith(0, names...)
+}
+
+// acquireAllWith is acquireAll with a lock-delay for the names it wins.
+func (s *sess) acquireAllWith(lockDelay time.Duration, names ...string) []driver.AcquireResult {
+	s.e.t.Helper()
+	reply, err := s.b.Acquire(s.e.ctx(), driver.AcquireRequest{ID: s.id, Names: names, LockDelay: lockDelay})
 	if err != nil {
-		s.e.fatalf("Acquire(%s, %q): %v", s.id, names, err)
+		s.e.fatalf("Acquire(%s, %q, lock-delay %v): %v", s.id, names, lockDelay, err)
 	}
 	if len(reply.Results) != len(names) {
 		s.e.fatalf("Acquire(%q): %d results, want one per name (%d)", names, len(reply.Results), len(names))
@@ -188,22 +208,29 @@ func (s *sess) acquireAll(names ...string) []driver.AcquireResult {
 	return reply.Results
 }
 
+// quarantineLen is the length of the backend's quarantine after a loss:
+// one maximum lease, plus one maximum lock-delay when the backend honours
+// lock-delays (the lost records took the delays with them).
+func (e *env) quarantineLen() time.Duration {
+	return e.cfg.MaxLease + e.cfg.MaxLockDelay
+}
+
 // quarantineSlack is what the quarantine checks allow for the backend's
 // clock: its resolution (ZooKeeper's are milliseconds) and its rate against
 // the kit's.
 func (e *env) quarantineSlack() time.Duration {
-	return 10*time.Millisecond + e.cfg.MaxLease/100
+	return 10*time.Millisecond + e.quarantineLen()/100
 }
 
 // quarantined acquires names on s in a namespace that lost its records
 // (or was never initialised) at or before lost, and checks the backend's
-// quarantine: no grant, and a Quarantine in (0, MaxLease]. With bound it
-// also checks that the Quarantine is no shorter than MaxLease less the
-// time since lost, since the quarantine starts when the loss is noticed,
-// which is after lost. It returns the Quarantine, and false when the
-// reply came one MaxLease or more after lost without a quarantine: the
-// quarantine may rightly be over by then (a machine that stalled), so
-// nothing was checked and the caller tries again.
+// quarantine: no grant, and a Quarantine in (0, MaxLease + MaxLockDelay].
+// With bound it also checks that the Quarantine is no shorter than that
+// length less the time since lost, since the quarantine starts when the
+// loss is noticed, which is after lost. It returns the Quarantine, and
+// false when the reply came one quarantine or more after lost without a
+// quarantine: the quarantine may rightly be over by then (a machine that
+// stalled), so nothing was checked and the caller tries again.
 func (s *sess) quarantined(lost time.Time, bound bool, names ...string) (time.Duration, bool) {
 	s.e.t.Helper()
 	e := s.e
@@ -215,7 +242,7 @@ func (s *sess) quarantined(lost time.Time, bound bool, names ...string) (time.Du
 	if len(reply.Results) != len(names) {
 		e.fatalf("Acquire(%q): %d results, want one per name (%d)", names, len(reply.Results), len(names))
 	}
-	q, ml := reply.Quarantine, e.cfg.MaxLease
+	q, ml := reply.Quarantine, e.quarantineLen()
 	var granted []driver.Lease
 	for _, r := range reply.Results {
 		if r.Token != 0 {
@@ -226,7 +253,7 @@ func (s *sess) quarantined(lost time.Time, bound bool, names ...string) (time.Du
 		if len(granted) > 0 {
 			s.release(granted...)
 		}
-		e.t.Logf("Acquire(%q) answered %v after the loss, more than MaxLease %v: the quarantine may be over, nothing checked", names, elapsed, ml)
+		e.t.Logf("Acquire(%q) answered %v after the loss, more than the quarantine (MaxLease + MaxLockDelay) %v: it may be over, nothing checked", names, elapsed, ml)
 		return 0, false
 	}
 	for _, r := range reply.Results {
@@ -236,11 +263,11 @@ func (s *sess) quarantined(lost time.Time, bound bool, names ...string) (time.Du
 	}
 	switch {
 	case q <= 0:
-		e.fatalf("Acquire(%q): Quarantine = %v, want in (0, %v]: a backend that lost its records grants nothing for one maximum lease", names, q, ml)
+		e.fatalf("Acquire(%q): Quarantine = %v, want in (0, %v]: a backend that lost its records grants nothing for one maximum lease (plus one maximum lock-delay)", names, q, ml)
 	case q > ml:
-		e.errorf("Acquire(%q): Quarantine = %v, more than Config.MaxLease %v: the quarantine is one maximum lease", names, q, ml)
+		e.errorf("Acquire(%q): Quarantine = %v, more than Config.MaxLease + Config.MaxLockDelay %v: the quarantine is one maximum lease (plus one maximum lock-delay)", names, q, ml)
 	case bound && q < ml-elapsed-e.quarantineSlack():
-		e.errorf("Acquire(%q): Quarantine = %v, %v after the loss: want at least MaxLease %v less that: a shorter quarantine lets a term granted before the loss overlap a new one", names, q, elapsed, ml)
+		e.errorf("Acquire(%q): Quarantine = %v, %v after the loss: want at least MaxLease + MaxLockDelay %v less that: a shorter quarantine lets a term granted before the loss overlap a new one, or a paused holder's lock-delay go unhonoured", names, q, elapsed, ml)
 	}
 	return min(q, ml), true
 }
@@ -266,6 +293,29 @@ func (s *sess) acquire(name string) uint64 {
 		s.e.fatalf("Acquire(%q): %v", name, r.Err)
 	}
 	return r.Token
+}
+
+// acquireAfterExpiry acquires a name whose holder's session has ended
+// (waitExpiry): at once, or, on a backend with Config.HoldAfterExpiry,
+// asking again with s renewing until the hold is over. 0 never: it fails
+// the subtest if the name is still refused by then.
+func (s *sess) acquireAfterExpiry(name string) uint64 {
+	s.e.t.Helper()
+	hold := s.e.cfg.HoldAfterExpiry
+	if hold <= 0 {
+		return s.acquire(name)
+	}
+	end := s.e.now().Add(hold + 2*s.e.cfg.ExpiryGrace)
+	step := max(hold/8, time.Millisecond)
+	for {
+		if tok := s.acquire(name); tok != 0 {
+			return tok
+		}
+		if s.e.now().After(end) {
+			s.e.fatalf("Acquire(%q) still refused %v after its holder's session ended (Config.HoldAfterExpiry %v, ExpiryGrace %v)", name, hold+2*s.e.cfg.ExpiryGrace, hold, s.e.cfg.ExpiryGrace)
+		}
+		s.pass(step)
+	}
 }
 
 // mustAcquire acquires a name that is free and returns its token.

@@ -19,15 +19,19 @@ import (
 	"github.com/simba-go/simba/session/memory"
 )
 
-// kitMaxLease is the cap of the kit's memory stores, and their quarantine.
-const kitMaxLease = 2 * time.Second
+// kitMaxLease is the cap of the kit's memory stores, and kitMaxLockDelay
+// their lock-delay cap: their quarantine is the sum.
+const (
+	kitMaxLease     = 2 * time.Second
+	kitMaxLockDelay = 2 * time.Second
+)
 
 // memoryConfig runs the kit on the in-memory backend in virtual time, one
 // store per namespace, capped at kitMaxLease. wrap, if not nil, turns each
 // client into a broken variant.
 func memoryConfig(wrap func(*memory.Backend) driver.Backend, opts ...memory.Option) backendtest.Config {
 	clock := memory.NewManualClock(time.Unix(1_000_000, 0))
-	opts = append([]memory.Option{memory.WithClock(clock), memory.WithMaxLease(kitMaxLease)}, opts...)
+	opts = append([]memory.Option{memory.WithClock(clock), memory.WithMaxLease(kitMaxLease), memory.WithMaxLockDelay(kitMaxLockDelay)}, opts...)
 	var mu sync.Mutex
 	stores := map[string]*memory.Backend{}
 	if wrap == nil {
@@ -47,8 +51,9 @@ func memoryConfig(wrap func(*memory.Backend) driver.Backend, opts ...memory.Opti
 			stores[namespace] = b
 			return wrap(b)
 		},
-		Lease:    2 * time.Second,
-		MaxLease: kitMaxLease,
+		Lease:        2 * time.Second,
+		MaxLease:     kitMaxLease,
+		MaxLockDelay: kitMaxLockDelay,
 		LoseData: func(*testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -86,6 +91,7 @@ var brokenBackends = []struct {
 	name string
 	cfg  func() backendtest.Config
 	want []string // the failing subtests, exactly
+	run  string   // the kit's subtests to run, as the -test.run pattern's tail; empty: all
 }{
 	{
 		name: "TokensGoBackAfterDataLoss",
@@ -129,7 +135,7 @@ var brokenBackends = []struct {
 	{
 		name: "ExpiresLate", // the backend's clock runs at half speed
 		cfg:  func() backendtest.Config { return memoryConfig(nil, memory.WithClock(halfSpeed{start: time.Now()})) },
-		want: []string{"ExpiredSessionStaysExpired", "InspectSkipsExpiredHolders", "TakeoverAfterExpiry", "TokensSurviveDataLoss"},
+		want: []string{"ExpiredSessionStaysExpired", "InspectSkipsExpiredHolders", "LockDelayAfterExpiry", "TakeoverAfterExpiry", "TokensSurviveDataLoss"},
 	},
 	{
 		name: "ReleaseIgnoresToken",
@@ -164,7 +170,7 @@ var brokenBackends = []struct {
 		cfg: func() backendtest.Config {
 			return memoryConfig(func(b *memory.Backend) driver.Backend { return closeNoop{b} })
 		},
-		want: []string{"BroadcastOnRelease", "CloseReleasesEverything", "ContextHonoured", "InspectListsHolders", "TokensStrictlyIncrease"},
+		want: []string{"BroadcastOnRelease", "CloseReleasesEverything", "ContextHonoured", "InspectListsHolders", "LockDelaySkippedOnClose", "TokensStrictlyIncrease"},
 	},
 	{
 		name: "RevivesExpiredSessions",
@@ -178,7 +184,38 @@ var brokenBackends = []struct {
 		cfg: func() backendtest.Config {
 			return memoryConfig(func(b *memory.Backend) driver.Backend { return grabAll{b} })
 		},
-		want: []string{"AcquireRefusedWhileOwned", "BatchAcquire", "BroadcastOnRelease", "RacingAcquireOneWinner", "StaleReleaseIsNoop", "TokensSurviveDataLoss"},
+		want: []string{"AcquireRefusedWhileOwned", "BatchAcquire", "BroadcastOnRelease", "LockDelayAfterExpiry", "RacingAcquireOneWinner", "StaleReleaseIsNoop", "TokensSurviveDataLoss"},
+	},
+	{
+		name: "LockDelayIgnored",
+		cfg: func() backendtest.Config {
+			return memoryConfig(func(b *memory.Backend) driver.Backend { return delayIgnored{b} })
+		},
+		want: []string{"LockDelayAfterExpiry"},
+	},
+	{
+		name: "LockDelayOnTheFirstNameOnly",
+		cfg: func() backendtest.Config {
+			return memoryConfig(func(b *memory.Backend) driver.Backend { return delayFirstOnly{b} })
+		},
+		want: []string{"LockDelayAfterExpiry"},
+	},
+	{
+		// In real time: a machine that stalls across the end of the delay
+		// lets no refusal be seen inside it, so a backend that ignores
+		// the delay cannot be told from one that honours it; the kit must
+		// say so instead of passing.
+		name: "LockDelayIgnoredOnAStalledMachine",
+		cfg:  stalledConfig,
+		want: []string{"LockDelayAfterExpiry"},
+		run:  "/^Promises$/^LockDelayAfterExpiry$",
+	},
+	{
+		name: "LockDelayUnchecked",
+		cfg: func() backendtest.Config {
+			return memoryConfig(func(b *memory.Backend) driver.Backend { return delayClamped{b} })
+		},
+		want: []string{"LockDelayOutOfRangeRefused"},
 	},
 	{
 		name: "SilentBroadcaster",
@@ -219,7 +256,7 @@ func TestKitCatchesBrokenBackends(t *testing.T) {
 				backendtest.Run(t, cfg)
 				return
 			}
-			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestKitCatchesBrokenBackends$/^"+bb.name+"$", "-test.v", "-test.count=1")
+			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestKitCatchesBrokenBackends$/^"+bb.name+"$"+bb.run, "-test.v", "-test.count=1")
 			cmd.Env = append(os.Environ(), childEnv+"="+bb.name)
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError
@@ -310,7 +347,7 @@ type finderOnly struct {
 func (b *finderOnly) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	now := b.clock.Now()
 	if b.lost.CompareAndSwap(true, false) {
-		b.until = now.Add(kitMaxLease)
+		b.until = now.Add(kitMaxLease + kitMaxLockDelay)
 	}
 	if q := b.until.Sub(now); q > 0 {
 		r := driver.AcquireReply{Quarantine: q}
@@ -402,4 +439,106 @@ func (b grabAll) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 		}
 	}
 	return r, err
+}
+
+// delayIgnored grants every term without its lock-delay (a valid one: an
+// invalid one is still refused).
+type delayIgnored struct{ *memory.Backend }
+
+func (b delayIgnored) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
+	if req.LockDelay > 0 && req.LockDelay <= kitMaxLockDelay {
+		req.LockDelay = 0
+	}
+	return b.Backend.Acquire(ctx, req)
+}
+
+// stalledConfig runs the kit in real time on memory stores that ignore the
+// lock-delay and make the first candidate's Acquire of a delayed name, in
+// the last 150ms of its holder's session, answer 1.3s late: the kit's
+// next look comes after the delay would have ended.
+func stalledConfig() backendtest.Config {
+	const lease, delay = 2 * time.Second, time.Second
+	var mu sync.Mutex
+	stores := map[string]*memory.Backend{}
+	stalled := map[string]bool{}
+	return backendtest.Config{
+		NewBackend: func(t *testing.T, namespace string) driver.Backend {
+			mu.Lock()
+			defer mu.Unlock()
+			b, ok := stores[namespace]
+			if ok {
+				b = b.NewClient()
+			} else {
+				var err error
+				if b, err = memory.New(memory.WithMaxLease(lease), memory.WithMaxLockDelay(delay)); err != nil {
+					t.Fatalf("memory.New: %v", err)
+				}
+				stores[namespace] = b
+			}
+			return stallAtEnd{Backend: b, mu: &mu, stalled: stalled}
+		},
+		Lease:        lease,
+		MaxLease:     lease,
+		MaxLockDelay: delay,
+	}
+}
+
+type stallAtEnd struct {
+	*memory.Backend
+	mu      *sync.Mutex
+	stalled map[string]bool
+}
+
+func (s stallAtEnd) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
+	asked := req.LockDelay
+	if asked > 0 && asked <= time.Second {
+		req.LockDelay = 0 // ignored
+	}
+	stall := false
+	if asked == 0 && len(req.Names) > 0 {
+		if owner, _, held := s.Owner(req.Names[0]); held && owner != req.ID {
+			if left, live := s.Remaining(owner); live && left <= 150*time.Millisecond {
+				s.mu.Lock()
+				stall = !s.stalled[req.Names[0]]
+				s.stalled[req.Names[0]] = true
+				s.mu.Unlock()
+			}
+		}
+	}
+	reply, err := s.Backend.Acquire(ctx, req)
+	if stall {
+		time.Sleep(1300 * time.Millisecond) // the machine stalls: the reply is late
+	}
+	return reply, err
+}
+
+// delayFirstOnly records a request's lock-delay for its first name only,
+// as a backend that writes the delay record once per request rather than
+// once per name would.
+type delayFirstOnly struct{ *memory.Backend }
+
+func (b delayFirstOnly) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
+	if req.LockDelay <= 0 || req.LockDelay > kitMaxLockDelay || len(req.Names) < 2 {
+		return b.Backend.Acquire(ctx, req)
+	}
+	first, err := b.Backend.Acquire(ctx, driver.AcquireRequest{ID: req.ID, Names: req.Names[:1], LockDelay: req.LockDelay})
+	if err != nil {
+		return first, err
+	}
+	rest, err := b.Backend.Acquire(ctx, driver.AcquireRequest{ID: req.ID, Names: req.Names[1:]})
+	if err != nil {
+		return rest, err
+	}
+	first.Results = append(first.Results, rest.Results...)
+	first.Quarantine = max(first.Quarantine, rest.Quarantine)
+	return first, nil
+}
+
+// delayClamped honours an invalid lock-delay as the nearest valid one
+// instead of refusing it.
+type delayClamped struct{ *memory.Backend }
+
+func (b delayClamped) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
+	req.LockDelay = min(max(req.LockDelay, 0), kitMaxLockDelay)
+	return b.Backend.Acquire(ctx, req)
 }

@@ -21,7 +21,7 @@ var leaseCases = []testCase{
 			ta := a.mustAcquire("lease")
 			e.waitExpiry()
 			b := e.open()
-			tb := b.acquire("lease")
+			tb := b.acquireAfterExpiry("lease")
 			if tb <= ta {
 				e.fatalf("Acquire after the owner expired: token %d, want > %d", tb, ta)
 			}

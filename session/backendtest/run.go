@@ -6,7 +6,7 @@ import (
 )
 
 // cases are the Promises subtests, in the order they run.
-var cases = slices.Concat(sessionCases, leaseCases, broadcastCases, inspectCases, namespaceCases)
+var cases = slices.Concat(sessionCases, leaseCases, lockDelayCases, broadcastCases, inspectCases, namespaceCases)
 
 // testCase is one promise and the subtest that checks it.
 type testCase struct {
@@ -31,6 +31,9 @@ func Run(t *testing.T, cfg Config) {
 	}
 	if cfg.MaxLease < 0 {
 		t.Fatalf("backendtest: Config.MaxLease = %v, want zero or positive", cfg.MaxLease)
+	}
+	if cfg.MaxLockDelay < 0 {
+		t.Fatalf("backendtest: Config.MaxLockDelay = %v, want zero or positive", cfg.MaxLockDelay)
 	}
 	if cfg.Init != nil && cfg.MaxLease == 0 {
 		t.Fatal("backendtest: Config.Init is set but MaxLease is zero: a backend that quarantines new namespaces must say how long")

@@ -2,10 +2,12 @@ package driver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
 	"github.com/simba-go/simba/deadline"
+	"github.com/simba-go/simba/internal/tokenjson"
 )
 
 // ID names one incarnation of a backend session: a random 128-bit value in
@@ -14,10 +16,25 @@ import (
 type ID string
 
 // Lease is a lease a session owns: the name and the fencing token of the
-// term that acquired it.
+// term that acquired it. In JSON the token is a string (ADR 0196).
 type Lease struct {
 	Name  string `json:"name"`
-	Token uint64 `json:"token"`
+	Token uint64 `json:"token,string"`
+}
+
+// UnmarshalJSON reads the token as a string or, as v0.1.0 wrote it, a
+// number.
+func (l *Lease) UnmarshalJSON(b []byte) error {
+	type plain Lease
+	w := struct {
+		*plain
+		Token tokenjson.Token `json:"token"`
+	}{plain: (*plain)(l), Token: tokenjson.Token(l.Token)}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	l.Token = uint64(w.Token)
+	return nil
 }
 
 // Errors a [Backend] returns. Backends wrap them with detail; the engine
@@ -31,9 +48,26 @@ var (
 	ErrClosed = errors.New("simba: session closed")
 	// ErrQuarantined: the backend lost its namespace's records and grants
 	// no lease until every term granted before the loss has ended on its
-	// holder's clock (one maximum lease, [AcquireReply.Quarantine]). The
+	// holder's clock and every lock-delay under way has passed (one maximum
+	// lease plus one maximum lock-delay, [AcquireReply.Quarantine]). The
 	// engine reports a refused name with an error wrapping it.
 	ErrQuarantined = errors.New("simba: backend quarantined after losing its records")
+	// ErrInitUnsafe: a backend's Init refused to create a namespace's epoch
+	// without a quarantine because the server shows a sign that records
+	// may have been lost within one maximum lease (a recent restart, a
+	// changed replication history, records of another epoch). Skipping the
+	// quarantine then could let a holder from before the loss overlap a new
+	// one. A backend that honours lock-delays (WithMaxLockDelay) looks
+	// back one maximum lease plus one maximum lock-delay: a delay lost
+	// with the records may run that long after the loss, and an Init
+	// that skips the quarantine would end it at once. The backend's
+	// ForceInit is for the operator who knows better.
+	ErrInitUnsafe = errors.New("simba: init refused: records may have been lost within one maximum lease")
+	// ErrLockDelay: an Acquire asked for a lock-delay the backend does not
+	// honour: negative, or longer than the maximum it was built with
+	// (WithMaxLockDelay, the same option on every backend; 0 by default,
+	// which refuses every positive delay). The error names the maximum.
+	ErrLockDelay = errors.New("simba: lock-delay refused by the backend")
 )
 
 // OpenRequest asks a backend for a new session.
@@ -67,16 +101,32 @@ func (o Owner) Check() error {
 	return deadline.ValidateOwner(o.Identity, o.Metadata)
 }
 
-// Holder is a lease as an inspection sees it.
+// Holder is a lease as an inspection sees it. In JSON the token is a
+// string (ADR 0196).
 type Holder struct {
 	Name    string `json:"name"`
-	Token   uint64 `json:"token"`
+	Token   uint64 `json:"token,string"`
 	Session ID     `json:"session"`
 	Owner   Owner  `json:"owner"`
 	// Remaining is the time the holder's session has left, measured by the
 	// backend's clock when it answered. It is informative only: nothing may
 	// act on another session's lease because of it.
 	Remaining time.Duration `json:"remaining"`
+}
+
+// UnmarshalJSON reads the token as a string or, as v0.1.0 wrote it, a
+// number.
+func (h *Holder) UnmarshalJSON(b []byte) error {
+	type plain Holder
+	w := struct {
+		*plain
+		Token tokenjson.Token `json:"token"`
+	}{plain: (*plain)(h), Token: tokenjson.Token(h.Token)}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	h.Token = uint64(w.Token)
+	return nil
 }
 
 // InspectRequest selects the leases an inspection reports: the listed
@@ -150,6 +200,28 @@ type RenewReply struct {
 type AcquireRequest struct {
 	ID    ID
 	Names []string
+	// LockDelay, when positive, is the lock-delay of every name of the
+	// request (Chubby's, Consul's): a term granted by this request that
+	// ends without a release (its session expired or closed without
+	// releasing it, its holder's deadline passed, a takeover) leaves its
+	// name ungrantable to any session for LockDelay after the backend
+	// finds the session ended, measured by the backend's clock (the
+	// server's, never a candidate's), so that a paused old holder that
+	// wakes and writes finds nobody else at work. A Release of the lease
+	// skips it; so does a Close of the session that owns it (an
+	// application's Session.Close ends the session on purpose; the engine
+	// never closes a backend session that asked for a delay once its
+	// local deadline has passed, but lets it expire, ADR 0275).
+	// While a name waits out its delay, Acquire answers it as held
+	// (Token 0). The delay is the one of the request that won the term.
+	// A backend that cannot honour LockDelay (above its
+	// WithMaxLockDelay) answers the whole request with an error wrapping
+	// ErrLockDelay; zero is today's behaviour on every backend.
+	//
+	// Data loss loses the delays with the leases, so a backend's
+	// quarantine after a loss lasts its maximum lease plus its maximum
+	// lock-delay: a holder paused across the loss is covered too.
+	LockDelay time.Duration
 }
 
 // AcquireResult is the outcome for one name of an [AcquireRequest].
@@ -175,6 +247,11 @@ type AcquireReply struct {
 	// in a term granted before the loss has passed its deadline. Every
 	// result's Token is then 0. See ErrQuarantined.
 	Quarantine time.Duration
+	// QuarantineHint, optional, says in words what the backend saw and
+	// what an operator can do (e.g. "the namespace has no epoch record:
+	// new, or lost; for a new namespace run Init"); the engine adds it to
+	// the quarantine's error.
+	QuarantineHint string
 }
 
 // ReleaseRequest releases leases a session owns. A lease is deleted only

@@ -142,8 +142,16 @@ func (b *Backend) Renew(ctx context.Context, req driver.RenewRequest) (driver.Re
 // ([Backend.LoseData]), or on a namespace made with
 // [WithUninitialisedNamespace] that [Backend.Init] did not initialise, the
 // first Acquire starts a quarantine of one maximum lease ([WithMaxLease])
-// on the backend's clock: until it ends every Acquire grants nothing and
-// answers [driver.AcquireReply.Quarantine] = the time left.
+// plus one maximum lock-delay ([WithMaxLockDelay]) on the backend's clock:
+// until it ends every Acquire grants nothing and answers
+// [driver.AcquireReply.Quarantine] = the time left.
+//
+// A term won with a positive req.LockDelay that ends by expiry (the
+// session's lease ran out, or [Backend.Expire]) leaves its name refused,
+// as held, for the delay after the session's end on the backend's clock;
+// a Release or a Close frees it at once. A LockDelay that is negative or
+// above [WithMaxLockDelay] fails the whole request with an error wrapping
+// [driver.ErrLockDelay].
 func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.AcquireReply, error) {
 	if err := b.enter(ctx, func(s *Stats) { s.Acquire++ }); err != nil {
 		return driver.AcquireReply{}, fmt.Errorf("memory: acquire: %w", err)

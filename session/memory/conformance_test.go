@@ -15,6 +15,7 @@ import (
 type namespaces struct {
 	clock    *memory.ManualClock
 	maxLease time.Duration // the cap every store is built with
+	maxDelay time.Duration // the lock-delay cap every store is built with
 	opts     []memory.Option
 	mu       sync.Mutex
 	ns       map[string]*memory.Backend
@@ -22,8 +23,9 @@ type namespaces struct {
 
 func newNamespaces(maxLease time.Duration, opts ...memory.Option) *namespaces {
 	c := memory.NewManualClock(time.Unix(1_000_000, 0))
-	return &namespaces{clock: c, maxLease: maxLease,
-		opts: append([]memory.Option{memory.WithClock(c), memory.WithMaxLease(maxLease)}, opts...), ns: map[string]*memory.Backend{}}
+	// The lock-delay cap is the lease cap, as on the real servers' tests.
+	return &namespaces{clock: c, maxLease: maxLease, maxDelay: maxLease,
+		opts: append([]memory.Option{memory.WithClock(c), memory.WithMaxLease(maxLease), memory.WithMaxLockDelay(maxLease)}, opts...), ns: map[string]*memory.Backend{}}
 }
 
 func (n *namespaces) newBackend(t *testing.T, namespace string) driver.Backend {
@@ -57,11 +59,12 @@ func (n *namespaces) loseData(*testing.T) {
 
 func (n *namespaces) config() backendtest.Config {
 	return backendtest.Config{
-		NewBackend: n.newBackend,
-		Lease:      2 * time.Second,
-		MaxLease:   n.maxLease,
-		LoseData:   n.loseData,
-		Advance:    func(_ *testing.T, d time.Duration) { n.clock.Advance(d) },
+		NewBackend:   n.newBackend,
+		Lease:        2 * time.Second,
+		MaxLease:     n.maxLease,
+		MaxLockDelay: n.maxDelay,
+		LoseData:     n.loseData,
+		Advance:      func(_ *testing.T, d time.Duration) { n.clock.Advance(d) },
 	}
 }
 
@@ -86,7 +89,7 @@ func TestConformanceZooKeeperLike(t *testing.T) {
 // The kit in real time, as on a real server (expiry subtests in parallel).
 func TestConformanceRealTime(t *testing.T) {
 	n := newNamespaces(300 * time.Millisecond)
-	n.opts = []memory.Option{memory.WithMaxLease(n.maxLease)} // system clock
+	n.opts = []memory.Option{memory.WithMaxLease(n.maxLease), memory.WithMaxLockDelay(n.maxDelay)} // system clock
 	cfg := n.config()
 	cfg.Advance = nil
 	cfg.Lease = 300 * time.Millisecond

@@ -44,8 +44,11 @@
 //
 // # Tokens after data loss
 //
-// Fencing tokens are epoch<<40 | counter, where the counter is per name and
-// the epoch counts the restarts that lost the counters. A restart that loses
+// Fencing tokens are epoch<<40 | counter, where the counter is one of 1024
+// high-water marks, the name's bucket (FNV-1a 32 of the name mod 1024: a
+// name always maps to the same bucket, so its tokens rise strictly, and a
+// released name leaves no record behind), and the epoch counts the restarts
+// that lost the counters. A restart that loses
 // the counters ([Backend.LoseData] with keepTokens false) starts a new epoch,
 // so every later token is still higher than every earlier one: the same
 // mechanism the Redis backend uses with its namespace epoch. Epoch 0 gives

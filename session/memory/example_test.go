@@ -94,3 +94,33 @@ func ExampleBackend_Init() {
 	// Output:
 	// token: 1 quarantine: 0s
 }
+
+// A lock-delay on the backend's clock: the term's session expires without
+// a release, and the name stays refused (token 0, as held) for the delay.
+func ExampleWithMaxLockDelay() {
+	ctx := context.Background()
+	clock := memory.NewManualClock(time.Unix(0, 0))
+	b, _ := memory.New(memory.WithClock(clock), memory.WithMaxLockDelay(15*time.Second))
+	a, _ := b.Open(ctx, driver.OpenRequest{LeaseDuration: 10 * time.Second})
+	_, _ = b.Acquire(ctx, driver.AcquireRequest{ID: a.ID, Names: []string{"ledger"}, LockDelay: 15 * time.Second})
+
+	clock.Advance(10 * time.Second) // a stops renewing: expired at 10s
+	c, _ := b.Open(ctx, driver.OpenRequest{LeaseDuration: time.Minute})
+	try := func() uint64 {
+		r, _ := b.Acquire(ctx, driver.AcquireRequest{ID: c.ID, Names: []string{"ledger"}})
+		return r.Results[0].Token
+	}
+	fmt.Println("at 10s:", try())
+	clock.Advance(15*time.Second - time.Millisecond)
+	fmt.Println("at 25s - 1ms:", try())
+	clock.Advance(time.Millisecond)
+	fmt.Println("at 25s:", try())
+
+	_, err := b.Acquire(ctx, driver.AcquireRequest{ID: c.ID, Names: []string{"other"}, LockDelay: time.Minute})
+	fmt.Println(errors.Is(err, driver.ErrLockDelay))
+	// Output:
+	// at 10s: 0
+	// at 25s - 1ms: 0
+	// at 25s: 2
+	// true
+}

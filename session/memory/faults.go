@@ -53,13 +53,15 @@ func (b *Backend) FailCalls(err error) {
 }
 
 // Expire ends a session now, as if its lease had run out, and broadcasts
-// its leases. It answers [driver.ErrExpired] from then on.
+// its leases; a lease won with a lock-delay keeps its name refused for the
+// delay from now, and is broadcast when it has passed. It answers
+// [driver.ErrExpired] from then on.
 func (b *Backend) Expire(id driver.ID) {
 	s := b.s
 	s.mu.Lock()
 	var freed []string
 	if se, ok := s.sessions[id]; ok {
-		freed = s.drop(id, se)
+		freed = s.drop(id, se, s.cfg.clock.Now())
 	}
 	s.mu.Unlock()
 	s.notify(freed)
@@ -71,8 +73,9 @@ func (b *Backend) Expire(id driver.ID) {
 // token counters survive, as in a store that keeps them durably; without,
 // they restart and a new token epoch begins, so tokens keep rising (unless
 // [WithoutTokenEpochs]). Session ids are never reused either way. The
-// namespace's epoch record goes too: the next Acquire finds it missing and
-// starts a quarantine of one maximum lease (see [Backend.Acquire]).
+// namespace's epoch record goes too, and the lock-delays under way: the next
+// Acquire finds the record missing and starts a quarantine of one maximum
+// lease plus one maximum lock-delay (see [Backend.Acquire]).
 func (b *Backend) LoseData(keepTokens bool) {
 	s := b.s
 	s.mu.Lock()
@@ -82,8 +85,9 @@ func (b *Backend) LoseData(keepTokens bool) {
 	clear(s.order)
 	s.order = s.order[:0]
 	clear(s.leases)
+	clear(s.delayed) // the quarantine covers the lost delays
 	if !keepTokens {
-		clear(s.counters)
+		s.counters = [tokenBuckets]uint64{}
 		if !s.cfg.noEpochs {
 			s.epoch++
 		}
@@ -127,4 +131,16 @@ func (b *Backend) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.stats
+}
+
+// NameRecords reports how many per-name records the namespace keeps now:
+// one per lease held and one per name waiting out a lock-delay. A released
+// name leaves none, and a delay's record goes at the first call after it
+// has passed; the token high-water marks are a table of constant size.
+// For tests that check that storage does not grow with the names ever used.
+func (b *Backend) NameRecords() int {
+	s := b.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.leases) + len(s.delayed)
 }

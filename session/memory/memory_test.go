@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -484,3 +485,127 @@ func TestVersionsNeverRepeat(t *testing.T) {
 }
 
 func fmtAny(v any) string { return fmt.Sprintf("%+v", v) }
+
+// The lock-delay on the memory backend's clock: an expiry (the lease ran
+// out, or Expire) delays the name from the session's end; a Release or a
+// Close does not; the name is broadcast when its delay has passed, and its
+// record goes then (ADR 0240).
+func TestLockDelay(t *testing.T) {
+	const delay = 5 * time.Second
+	clock := memory.NewManualClock(time.Unix(1_000_000, 0))
+	b, err := memory.New(memory.WithClock(clock), memory.WithMaxLockDelay(delay))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	var got []driver.Notice
+	stop, _ := b.Subscribe(func(n driver.Notice) { got = append(got, n) })
+	defer stop()
+	open := func() driver.ID {
+		r, err := b.Open(ctx, driver.OpenRequest{LeaseDuration: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.ID
+	}
+	acquire := func(id driver.ID, d time.Duration, names ...string) []uint64 {
+		r, err := b.Acquire(ctx, driver.AcquireRequest{ID: id, Names: names, LockDelay: d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks := make([]uint64, len(r.Results))
+		for i, res := range r.Results {
+			toks[i] = res.Token
+		}
+		return toks
+	}
+	a, c := open(), open()
+	acquire(a, delay, "expired", "released", "closed-with")
+	acquire(a, 0, "no-delay")
+	_ = b.Release(ctx, driver.ReleaseRequest{ID: a, Leases: []driver.Lease{{Name: "released", Token: 1}}})
+	if toks := acquire(c, 0, "released"); toks[0] == 0 {
+		t.Error("a released name was delayed")
+	}
+	clock.Advance(time.Second)
+	got = nil
+	b.Expire(a) // at 1s: "expired" and "closed-with" wait until 6s
+	if fmt.Sprint(got) != fmt.Sprint([]driver.Notice{{Name: "no-delay"}}) {
+		t.Errorf("notices at the expiry = %v, want only the name without a delay", got)
+	}
+	if toks := acquire(c, 0, "expired", "closed-with", "no-delay"); toks[0] != 0 || toks[1] != 0 || toks[2] == 0 {
+		t.Errorf("tokens right after the expiry = %v, want the delayed names refused and the other granted", toks)
+	}
+	if n := b.NameRecords(); n != 4 { // released, no-delay held by c; two delays
+		t.Errorf("NameRecords = %d, want 4", n)
+	}
+	clock.Advance(delay - time.Millisecond)
+	if toks := acquire(c, 0, "expired"); toks[0] != 0 {
+		t.Error("granted 1ms before the delay passed")
+	}
+	clock.Advance(time.Millisecond)
+	got = nil
+	if _, err := b.Renew(ctx, driver.RenewRequest{ID: c}); err != nil { // any call notices
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint([]driver.Notice{{Name: "closed-with"}, {Name: "expired"}}) {
+		t.Errorf("notices when the delay passed = %v, want both names, sorted", got)
+	}
+	if n := b.NameRecords(); n != 2 {
+		t.Errorf("NameRecords after the delays = %d, want 2: a passed delay leaves nothing", n)
+	}
+	// A session's Close skips the delay.
+	d := open()
+	acquire(d, delay, "closed")
+	_ = b.Close(ctx, d)
+	if toks := acquire(c, 0, "closed"); toks[0] == 0 {
+		t.Error("a name freed by Close was delayed")
+	}
+	// Out of range: the whole request fails, nothing written.
+	for _, bad := range []time.Duration{-time.Nanosecond, delay + time.Nanosecond} {
+		_, err := b.Acquire(ctx, driver.AcquireRequest{ID: c, Names: []string{"fresh"}, LockDelay: bad})
+		if !errors.Is(err, driver.ErrLockDelay) || !strings.Contains(err.Error(), "WithMaxLockDelay") {
+			t.Errorf("lock-delay %v: %v, want ErrLockDelay naming WithMaxLockDelay", bad, err)
+		}
+	}
+	if _, _, ok := b.Owner("fresh"); ok {
+		t.Error("a refused request wrote a lease")
+	}
+}
+
+// After a data loss the quarantine is the maximum lease plus the maximum
+// lock-delay: the lost records took their delays along.
+func TestQuarantineCoversTheMaxLockDelay(t *testing.T) {
+	clock := memory.NewManualClock(time.Unix(1_000_000, 0))
+	b, _ := memory.New(memory.WithClock(clock), memory.WithMaxLease(10*time.Second), memory.WithMaxLockDelay(5*time.Second))
+	s, _ := b.Open(t.Context(), driver.OpenRequest{LeaseDuration: 10 * time.Second})
+	b.LoseData(false)
+	s, _ = b.Open(t.Context(), driver.OpenRequest{LeaseDuration: 10 * time.Second})
+	r, err := b.Acquire(t.Context(), driver.AcquireRequest{ID: s.ID, Names: []string{"x"}})
+	if err != nil || r.Quarantine != 15*time.Second {
+		t.Fatalf("Acquire after the loss: quarantine %v, err %v; want 15s", r.Quarantine, err)
+	}
+}
+
+// Released names leave no record behind, however many were used (issue
+// 23), and tokens still rise per name.
+func TestReleasedNamesLeaveNothing(t *testing.T) {
+	b, _ := memory.New()
+	ctx := t.Context()
+	s, _ := b.Open(ctx, driver.OpenRequest{LeaseDuration: time.Hour})
+	last := map[string]uint64{}
+	for round := range 3 {
+		for i := range 5000 {
+			name := fmt.Sprintf("n%d", i)
+			r, _ := b.Acquire(ctx, driver.AcquireRequest{ID: s.ID, Names: []string{name}})
+			tok := r.Results[0].Token
+			if tok <= last[name] {
+				t.Fatalf("round %d: %s token %d after %d", round, name, tok, last[name])
+			}
+			last[name] = tok
+			_ = b.Release(ctx, driver.ReleaseRequest{ID: s.ID, Leases: []driver.Lease{{Name: name, Token: tok}}})
+		}
+	}
+	if n := b.NameRecords(); n != 0 {
+		t.Errorf("NameRecords after releasing every name = %d, want 0", n)
+	}
+}

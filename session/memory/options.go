@@ -22,6 +22,7 @@ type config struct {
 	clock             deadline.Clock
 	newID             func() driver.ID
 	maxLease          time.Duration
+	maxLockDelay      time.Duration
 	grantNum, grantDn int64
 	noEpochs          bool
 	noQuarantine      bool
@@ -57,6 +58,18 @@ func WithIDSource(next func() driver.ID) Option {
 // a term from before it (ADR 0130). Zero means [DefaultMaxLease].
 func WithMaxLease(d time.Duration) Option {
 	return func(cfg *config) { cfg.maxLease = d }
+}
+
+// WithMaxLockDelay sets the longest lock-delay
+// ([driver.AcquireRequest.LockDelay]) the backend honours, the same option
+// on every backend. An Acquire asking for more (or for a negative delay)
+// fails with an error wrapping [driver.ErrLockDelay] and changes nothing.
+// It is a backend option, not only a candidate's, because it bounds what
+// the backend must remember: the quarantine after a data loss lasts the
+// maximum lease plus this maximum, since the lost records took their delays
+// with them (ADR 0240). Default 0: every positive delay is refused.
+func WithMaxLockDelay(d time.Duration) Option {
+	return func(cfg *config) { cfg.maxLockDelay = d }
 }
 
 // WithGrantFraction makes the backend report only num/den of the time a
@@ -100,6 +113,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: WithIDSource(nil)", ErrInvalidOption)
 	case c.maxLease < 0:
 		return fmt.Errorf("%w: WithMaxLease(%v): must not be negative", ErrInvalidOption, c.maxLease)
+	case c.maxLockDelay < 0:
+		return fmt.Errorf("%w: WithMaxLockDelay(%v): must not be negative", ErrInvalidOption, c.maxLockDelay)
 	case c.grantNum <= 0 || c.grantDn <= 0 || c.grantNum > c.grantDn:
 		return fmt.Errorf("%w: WithGrantFraction(%d, %d): want 0 < num ≤ den", ErrInvalidOption, c.grantNum, c.grantDn)
 	}

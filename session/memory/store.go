@@ -22,8 +22,18 @@ type store struct {
 	sessions map[driver.ID]*sess    // live sessions (an unknown id is expired)
 	order    []driver.ID            // sessions in open order, for deterministic sweeps
 	leases   map[string]lease
-	counters map[string]uint64 // per-name token counters; release never resets them
-	epoch    uint64
+	// counters are the token high-water marks, one per bucket of names
+	// (tokenBucket): a constant-size table instead of a counter per name
+	// ever used, so a released name leaves nothing behind (issue 23).
+	// Release never resets them.
+	counters [tokenBuckets]uint64
+	// delayed holds the names whose last term ended without a release
+	// and whose lock-delay has not passed: name → the instant, on
+	// cfg.clock, from which it may be granted again. An entry goes at the
+	// first call after that instant (sweep), so nothing of a name outlives
+	// its delay.
+	delayed map[string]time.Time
+	epoch   uint64
 	// hasEpoch says the namespace's epoch record exists: LoseData deletes
 	// it, and the first Acquire that finds it missing recreates it with a
 	// quarantine (ADR 0130).
@@ -45,6 +55,7 @@ type sess struct {
 type lease struct {
 	owner driver.ID
 	token uint64
+	delay time.Duration // the lock-delay of the request that won the term
 }
 
 func newStore(cfg config) *store {
@@ -53,7 +64,7 @@ func newStore(cfg config) *store {
 		issued:   map[driver.ID]struct{}{},
 		sessions: map[driver.ID]*sess{},
 		leases:   map[string]lease{},
-		counters: map[string]uint64{},
+		delayed:  map[string]time.Time{},
 		hasEpoch: !cfg.uninitialised,
 	}
 }
@@ -61,11 +72,14 @@ func newStore(cfg config) *store {
 // quarantine checks the epoch record, as every Acquire does in the same
 // step that grants: a missing record means the namespace's records were
 // lost, and it is recreated with a quarantine of one maximum lease from
-// now. It returns how long grants are still refused (0: not quarantined).
+// now, plus one maximum lock-delay: the lost records took the names'
+// lock-delays with them, and a holder paused across the loss must find its
+// delay honoured too (ADR 0240). It returns how long grants are still
+// refused (0: not quarantined).
 func (s *store) quarantine(now time.Time) time.Duration {
 	if !s.hasEpoch {
 		s.hasEpoch = true
-		s.quarantineUntil = now.Add(s.cfg.maxLease)
+		s.quarantineUntil = now.Add(s.cfg.maxLease + s.cfg.maxLockDelay)
 	}
 	if s.cfg.noQuarantine {
 		return 0
@@ -81,8 +95,10 @@ func (s *store) init() {
 }
 
 // sweep ends every session whose lease has run out at now, and returns the
-// names it freed so the caller can broadcast them once it has unlocked.
-// Sessions are visited in open order so that a seeded run is reproducible.
+// names it freed so the caller can broadcast them once it has unlocked:
+// names of expired terms without a lock-delay, and names whose delay has
+// passed. Sessions are visited in open order, and the names whose delay
+// passed are sorted, so that a seeded run is reproducible.
 func (s *store) sweep(now time.Time) []string {
 	var freed []string
 	live := s.order[:0]
@@ -95,30 +111,69 @@ func (s *store) sweep(now time.Time) []string {
 			live = append(live, id)
 			continue
 		}
-		freed = append(freed, s.drop(id, se)...)
+		// The backend knows when the session ended: the delay counts from
+		// there, however late a call finds it.
+		freed = append(freed, s.drop(id, se, se.expiresAt)...)
 	}
 	clear(s.order[len(live):])
 	s.order = live
-	return freed
+	var over []string
+	for name, until := range s.delayed {
+		if !now.Before(until) {
+			delete(s.delayed, name)
+			over = append(over, name)
+		}
+	}
+	sort.Strings(over)
+	return append(freed, over...)
 }
 
 // drop removes a session and its leases, returning the freed names sorted.
-func (s *store) drop(id driver.ID, se *sess) []string {
+// ended is when the session ended without releasing its leases (expiry):
+// each lease with a lock-delay then keeps its name refused until ended +
+// its delay, and is not among the freed names (sweep reports it when the
+// delay has passed). A zero ended is a Close: the holder said it stopped,
+// so no name is delayed (ADR 0240).
+func (s *store) drop(id driver.ID, se *sess, ended time.Time) []string {
 	names := make([]string, 0, len(se.owned))
 	for name, tok := range se.owned {
-		if l := s.leases[name]; l.owner == id && l.token == tok {
-			delete(s.leases, name)
-			names = append(names, name)
+		l := s.leases[name]
+		if l.owner != id || l.token != tok {
+			continue
 		}
+		delete(s.leases, name)
+		if !ended.IsZero() && l.delay > 0 {
+			s.delayed[name] = ended.Add(l.delay)
+			continue
+		}
+		names = append(names, name)
 	}
 	sort.Strings(names)
 	delete(s.sessions, id)
 	return names
 }
 
+// tokenBuckets is the size of the token high-water table: the agreed
+// 1024 of every backend (docs/adr, issue 23).
+const tokenBuckets = 1024
+
+// tokenBucket is name's bucket: FNV-1a 32 of its bytes, mod tokenBuckets.
+// The same name always maps to the same bucket, and a bucket only rises,
+// so the successive tokens of a name rise strictly; names sharing a
+// bucket only skip tokens.
+func tokenBucket(name string) int {
+	h := uint32(2166136261)
+	for i := 0; i < len(name); i++ {
+		h ^= uint32(name[i])
+		h *= 16777619
+	}
+	return int(h % tokenBuckets)
+}
+
 func (s *store) nextToken(name string) uint64 {
-	s.counters[name]++
-	return s.epoch<<epochShift | s.counters[name]
+	i := tokenBucket(name)
+	s.counters[i]++
+	return s.epoch<<epochShift | s.counters[i]
 }
 
 // remaining is the time se has left as the backend reports it: the granted
@@ -171,6 +226,10 @@ func (s *store) renew(req driver.RenewRequest) (driver.RenewReply, []string, err
 }
 
 func (s *store) acquire(req driver.AcquireRequest) (driver.AcquireReply, []string, error) {
+	if req.LockDelay < 0 || req.LockDelay > s.cfg.maxLockDelay {
+		return driver.AcquireReply{}, nil, errorf(driver.ErrLockDelay,
+			"acquire: lock-delay %v: want 0 up to the maximum %v (WithMaxLockDelay)", req.LockDelay, s.cfg.maxLockDelay)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.cfg.clock.Now()
@@ -199,8 +258,13 @@ func (s *store) acquire(req driver.AcquireRequest) (driver.AcquireReply, []strin
 			}
 			continue
 		}
+		// The sweep above removed every delay that has passed, so a name
+		// still here is refused, as held.
+		if _, waiting := s.delayed[name]; waiting {
+			continue
+		}
 		res.Token = s.nextToken(name)
-		s.leases[name] = lease{owner: req.ID, token: res.Token}
+		s.leases[name] = lease{owner: req.ID, token: res.Token, delay: req.LockDelay}
 		se.owned[name] = res.Token
 		changed = true
 	}
@@ -243,7 +307,7 @@ func (s *store) close(id driver.ID) []string {
 	defer s.mu.Unlock()
 	freed := s.sweep(s.cfg.clock.Now())
 	if se, ok := s.sessions[id]; ok {
-		freed = append(freed, s.drop(id, se)...)
+		freed = append(freed, s.drop(id, se, time.Time{})...)
 	}
 	return freed
 }

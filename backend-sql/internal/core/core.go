@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -89,8 +90,9 @@ type Store interface {
 	// namespace's epoch row says it is quarantined, and when the row is
 	// missing (the tables were emptied) recreates it with a quarantine of
 	// quarantineUS from the database's now, in the same transaction that
-	// would have granted.
-	Acquire(ctx context.Context, id string, names []string, quarantineUS, waitMS int64) (r AcquireResult, ok bool, err error)
+	// would have granted. delayUS (≥ 0, at most the backend's maximum) is
+	// the lock-delay recorded with each grant (driver.AcquireRequest.LockDelay).
+	Acquire(ctx context.Context, id string, names []string, quarantineUS, waitMS, delayUS int64) (r AcquireResult, ok bool, err error)
 	// Release gets leases sorted by name.
 	Release(ctx context.Context, id string, leases []driver.Lease, waitMS int64) error
 	Close(ctx context.Context, id string, waitMS int64) error
@@ -126,6 +128,11 @@ type Backend struct {
 	// is the length of the quarantine after a data loss: a term granted
 	// before the loss cannot outlive it (ADR 0130).
 	MaxLease time.Duration
+	// MaxLockDelay is the longest lock-delay an Acquire may ask for
+	// (WithMaxLockDelay; 0 refuses every positive delay). The quarantine
+	// after a data loss lasts MaxLease + MaxLockDelay (ADR 0251): the
+	// delays are lost with the leases.
+	MaxLockDelay time.Duration
 
 	shut    atomic.Bool
 	readyMu sync.Mutex
@@ -143,6 +150,24 @@ func CheckMaxLease(label string, d time.Duration) error {
 	}
 	return nil
 }
+
+// CheckMaxLockDelay validates a WithMaxLockDelay value.
+func CheckMaxLockDelay(label string, d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%s: WithMaxLockDelay(%v): want 0 or more", label, d)
+	}
+	return nil
+}
+
+// quarantine is the quarantine after a data loss: one maximum lease, so
+// that no term granted before the loss is still believed in, plus one
+// maximum lock-delay, so that no name whose delay was lost with it is
+// granted before that delay would have ended (ADR 0251).
+func (b *Backend) quarantine() time.Duration { return b.maxLease() + max(0, b.MaxLockDelay) }
+
+// QuarantineUS is [Backend]'s quarantine after a data loss in µs, for the
+// routines that note a loss outside Acquire (MariaDB's open and renew).
+func (b *Backend) QuarantineUS() int64 { return b.quarantine().Microseconds() }
 
 func (b *Backend) maxLease() time.Duration {
 	if b.MaxLease <= 0 {
@@ -165,18 +190,35 @@ func (b *Backend) lockWait(ctx context.Context) int64 {
 	return max(1, d.Milliseconds())
 }
 
-// maxAttempts bounds the runs of one call that keeps losing deadlocks.
-const maxAttempts = 3
+// maxAttempts bounds the runs of one call that keeps losing deadlocks or
+// serialization failures (a pool whose default isolation is repeatable
+// read or serializable, ADR 0171); retryPause is the first pause between
+// runs, doubled after each, jittered so that the losers of one conflict do
+// not meet again.
+const (
+	maxAttempts = 10
+	retryPause  = time.Millisecond
+)
 
-// retry runs f until it succeeds, fails for good, or has run maxAttempts
-// times. Every routine runs in one transaction, so a deadlock victim left
-// nothing behind and is safe to run again.
+// retry runs f until it succeeds, fails for good, has run maxAttempts
+// times, or ctx ends. Every routine runs in one transaction, so a
+// deadlock victim or a serialization failure left nothing behind and is
+// safe to run again.
 func (b *Backend) retry(ctx context.Context, f func() error) error {
+	pause := retryPause
 	for i := 1; ; i++ {
 		err := f()
 		if err == nil || i == maxAttempts || b.Retryable == nil || !b.Retryable(err) || ctx.Err() != nil {
 			return err
 		}
+		t := time.NewTimer(pause/2 + mrand.N(pause))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, 50*time.Millisecond)
 	}
 }
 
@@ -281,6 +323,9 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	if err := b.closed(ctx, "acquire"); err != nil {
 		return driver.AcquireReply{}, err
 	}
+	if req.LockDelay < 0 || req.LockDelay > max(0, b.MaxLockDelay) {
+		return driver.AcquireReply{}, b.wrap("acquire", fmt.Errorf("%w: lock-delay %v: want 0 to %v, the backend's WithMaxLockDelay", driver.ErrLockDelay, req.LockDelay, max(0, b.MaxLockDelay)))
+	}
 	if !wellFormed(req.ID) {
 		return driver.AcquireReply{}, b.expired("acquire", req.ID)
 	}
@@ -302,7 +347,7 @@ func (b *Backend) Acquire(ctx context.Context, req driver.AcquireRequest) (drive
 	var res AcquireResult
 	var ok bool
 	err := b.retry(ctx, func() (err error) {
-		res, ok, err = b.Store.Acquire(ctx, string(req.ID), names, b.maxLease().Microseconds(), b.lockWait(ctx))
+		res, ok, err = b.Store.Acquire(ctx, string(req.ID), names, b.quarantine().Microseconds(), b.lockWait(ctx), (req.LockDelay + time.Microsecond - 1).Microseconds())
 		return err
 	})
 	if err != nil {

@@ -70,6 +70,8 @@ type fakeStore struct {
 	waitMS       int64 // the last call's lock-wait bound
 	quarantineUS int64 // the last Acquire's quarantine length
 	quarantined  int64 // if > 0, Acquire answers this quarantine
+	delayUS      int64 // the last Acquire's lock-delay
+	acquires     int   // calls of Acquire
 }
 
 var errDeadlock = errors.New("deadlock")
@@ -84,8 +86,9 @@ func (f *fakeStore) Inspect(context.Context, []string, string) ([]HolderRow, err
 func (f *fakeStore) Renew(context.Context, string, uint64, int64) (RenewResult, bool, error) {
 	return RenewResult{}, false, nil
 }
-func (f *fakeStore) Acquire(_ context.Context, _ string, names []string, quarantineUS, waitMS int64) (AcquireResult, bool, error) {
-	f.names, f.quarantineUS, f.waitMS = names, quarantineUS, waitMS
+func (f *fakeStore) Acquire(_ context.Context, _ string, names []string, quarantineUS, waitMS, delayUS int64) (AcquireResult, bool, error) {
+	f.names, f.quarantineUS, f.waitMS, f.delayUS = names, quarantineUS, waitMS, delayUS
+	f.acquires++
 	if f.quarantined > 0 {
 		return AcquireResult{QuarantineUS: f.quarantined}, true, nil
 	}
@@ -109,7 +112,7 @@ func TestDeadlockVictimsRunAgain(t *testing.T) {
 	for _, tc := range []struct {
 		failures, wantCalls int
 		wantErr             bool
-	}{{0, 1, false}, {1, 2, false}, {2, 3, false}, {5, 3, true}} {
+	}{{0, 1, false}, {1, 2, false}, {5, 6, false}, {maxAttempts + 2, maxAttempts, true}} {
 		fs := &fakeStore{failures: tc.failures}
 		b := Backend{Store: fs, Label: "test", Retryable: func(err error) bool { return errors.Is(err, errDeadlock) }}
 		id, _ := NewID()
@@ -207,5 +210,38 @@ func TestLockWaitFollowsTheDeadline(t *testing.T) {
 	id, _ := NewID()
 	if _, err := b.Acquire(ctx, driver.AcquireRequest{ID: id, Names: []string{"a"}}); err != nil || fs.waitMS < 2900 || fs.waitMS > 3000 {
 		t.Errorf("Acquire passed a lock wait of %dms (%v), want about 3000", fs.waitMS, err)
+	}
+}
+
+// A lock-delay above WithMaxLockDelay (0 by default) or below 0 is
+// refused whole, naming the maximum and the option, before the store is
+// asked; one within it reaches the store in µs (rounded up); the
+// quarantine after a loss is MaxLease + MaxLockDelay (ADR 0251).
+func TestLockDelayBoundsAndQuarantine(t *testing.T) {
+	fs := &fakeStore{}
+	b := Backend{Store: fs, Label: "test", MaxLease: 2 * time.Second}
+	ctx := context.Background()
+	id, _ := NewID()
+	for _, c := range []struct {
+		max, delay time.Duration
+	}{{0, time.Millisecond}, {time.Second, time.Second + 1}, {time.Second, -time.Nanosecond}} {
+		b.MaxLockDelay = c.max
+		_, err := b.Acquire(ctx, driver.AcquireRequest{ID: id, Names: []string{"a"}, LockDelay: c.delay})
+		if !errors.Is(err, driver.ErrLockDelay) || !strings.Contains(err.Error(), "WithMaxLockDelay") || !strings.Contains(err.Error(), c.max.String()) {
+			t.Errorf("max %v, delay %v: err = %v, want one wrapping ErrLockDelay naming WithMaxLockDelay and %v", c.max, c.delay, err, c.max)
+		}
+	}
+	if fs.acquires != 0 {
+		t.Fatalf("the store was asked %d times for refused delays", fs.acquires)
+	}
+	b.MaxLockDelay = 3 * time.Second
+	if _, err := b.Acquire(ctx, driver.AcquireRequest{ID: id, Names: []string{"a"}, LockDelay: 1500*time.Microsecond + 1}); err != nil {
+		t.Fatal(err)
+	}
+	if fs.delayUS != 1501 || fs.quarantineUS != 5e6 {
+		t.Errorf("store got delay %dµs and quarantine %dµs, want 1501 (rounded up) and 5000000 (MaxLease + MaxLockDelay)", fs.delayUS, fs.quarantineUS)
+	}
+	if CheckMaxLockDelay("test", -time.Second) == nil || CheckMaxLockDelay("test", 0) != nil {
+		t.Error("CheckMaxLockDelay: want -1s refused and 0 accepted")
 	}
 }

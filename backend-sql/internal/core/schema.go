@@ -20,7 +20,12 @@ import (
 // flush whatever synchronous_commit says (ADR 0160); version 5 on
 // PostgreSQL adds the leases' waited mark, an acquire routine that sets it
 // on a refusal, and release and close routines that notify only marked
-// names (ADR 0162).
+// names (ADR 0162); version 6 on PostgreSQL binds every routine to
+// the namespace's schema (SET search_path, ADR 0170); version 7 on
+// PostgreSQL and version 5 on MySQL/MariaDB keep no row per name (a lease
+// row lives while held; tokens rise through 1024 marks) and record the
+// lock-delay, and refuse the older routines' grants: compatible_from is 7
+// and 5 (ADR 0250, 0251, 0252).
 
 // Installed is what a namespace's schema table records: its version, and
 // the oldest code version whose routines it still serves (a migration
@@ -49,4 +54,22 @@ func CheckSchema(label, prefix string, in Installed, migration string, want int)
 		return fmt.Errorf("%s: namespace %q: %w: installed schema is version %d (serving code of version %d and later), this code has version %d: upgrade this library",
 			label, prefix, sqlbackend.ErrSchemaVersion, in.Version, in.CompatibleFrom, want)
 	}
+}
+
+// CheckReadable is [CheckSchema] for a backend that only reads
+// (OpenExisting): a looking tool reads the tables, which every version
+// from 2 on has as Inspect reads them (owners came with version 2), so it
+// also reads a namespace that processes of an older release still run on,
+// during a rolling upgrade, and never asks to migrate what it only looks
+// at. A newer version than this code knows is read while it still serves
+// this code's version.
+func CheckReadable(label, prefix string, in Installed, want int) error {
+	switch {
+	case in.Version >= 2 && in.Version <= want, in.Version > want && in.CompatibleFrom <= want:
+		return nil
+	case in.Version == 1:
+		return fmt.Errorf("%s: namespace %q: %w: installed schema is version 1, which records no owners; this tool reads version 2 and later: upgrade the namespace (start an application of this release on it once)",
+			label, prefix, sqlbackend.ErrSchemaVersion)
+	}
+	return CheckSchema(label, prefix, in, "", want)
 }

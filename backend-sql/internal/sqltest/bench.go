@@ -308,3 +308,121 @@ func RunHandoverBackend(b *testing.B, bh Bench, subscribe func(be driver.Backend
 	b.ReportMetric(float64(took[len(took)/2])/float64(time.Millisecond), "p50-ms")
 	b.ReportMetric(float64(took[len(took)*9/10])/float64(time.Millisecond), "p90-ms")
 }
+
+// Storage reads what a namespace's tables hold: their rows (every table
+// of the namespace) and their size on the server in bytes (PostgreSQL:
+// pg_total_relation_size; MariaDB: information_schema's data_length +
+// index_length). vacuum, when true, first lets the server reclaim what
+// deleted rows left (PostgreSQL: VACUUM; MariaDB: ANALYZE TABLE, so the
+// statistics are fresh).
+type Storage func(b *testing.B, prefix string, vacuum bool) (rows, bytes int64)
+
+// bulkBatch is the names per Acquire of RunNamesEverUsed's setup.
+const bulkBatch = 2000
+
+// RunNamesEverUsed: the cost of an acquire + release of a name never used
+// before (a lock per entity), in a namespace where 1, 10⁴ or 10⁶ distinct
+// names were acquired and released before (issue 23), and the
+// namespace's storage before and after those names. The names are used
+// in setup through the backend API in bulk: one session acquires
+// bulkBatch names per call and releases them in one call (10⁶ names: 500
+// calls of each), renewing the session after each. Reported: each
+// iteration's pair here and in a fresh namespace, alternately (ns/op is
+// both), their means and ratio, and rows and bytes before the names,
+// after them, and after a vacuum.
+func RunNamesEverUsed(b *testing.B, bh Bench, storage Storage, counts ...int) {
+	if len(counts) == 0 {
+		counts = []int{1, 10_000, 1_000_000}
+	}
+	for _, n := range counts {
+		b.Run(fmt.Sprintf("names=%d", n), func(b *testing.B) {
+			prefix := FreshPrefix()
+			be := bh.NewClient(b, prefix)
+			ctx := context.Background()
+			rows0, bytes0 := storage(b, prefix, false)
+			id := Open(b, be, time.Hour)
+			for start := 0; start < n; start += bulkBatch {
+				names := make([]string, 0, bulkBatch)
+				for i := start; i < min(n, start+bulkBatch); i++ {
+					names = append(names, fmt.Sprintf("used:%d", i))
+				}
+				rep, err := be.Acquire(ctx, driver.AcquireRequest{ID: id, Names: names})
+				if err != nil {
+					b.Fatalf("bulk acquire at %d: %v", start, err)
+				}
+				leases := make([]driver.Lease, len(rep.Results))
+				for i, r := range rep.Results {
+					if r.Token == 0 {
+						b.Fatalf("bulk acquire: %s not granted", r.Name)
+					}
+					leases[i] = driver.Lease{Name: r.Name, Token: r.Token}
+				}
+				if err := be.Release(ctx, driver.ReleaseRequest{ID: id, Leases: leases}); err != nil {
+					b.Fatalf("bulk release at %d: %v", start, err)
+				}
+				// The backend caps the session's lease (30s by default).
+				if _, err := be.Renew(ctx, driver.RenewRequest{ID: id}); err != nil {
+					b.Fatalf("bulk renew at %d: %v", start, err)
+				}
+			}
+			if err := be.Close(ctx, id); err != nil {
+				b.Fatal(err)
+			}
+			rows1, bytes1 := storage(b, prefix, false)
+			rows2, bytes2 := storage(b, prefix, true)
+			// Each iteration runs one pair here and one in a fresh
+			// namespace (its own client), alternately, so that both see
+			// the same load of a shared server: the ratio is the cost of
+			// the names used before.
+			ref := bh.NewClient(b, "")
+			id = Open(b, be, time.Hour)
+			refID := Open(b, ref, time.Hour)
+			var used, fresh time.Duration
+			pair := func(be driver.Backend, id driver.ID, name string) time.Duration {
+				start := time.Now()
+				rep, err := be.Acquire(ctx, driver.AcquireRequest{ID: id, Names: []string{name}})
+				if err != nil || rep.Results[0].Token == 0 {
+					b.Fatalf("Acquire = %+v, %v", rep, err)
+				}
+				lease := []driver.Lease{{Name: name, Token: rep.Results[0].Token}}
+				if err := be.Release(ctx, driver.ReleaseRequest{ID: id, Leases: lease}); err != nil {
+					b.Fatal(err)
+				}
+				return time.Since(start)
+			}
+			i := 0
+			b.ResetTimer()
+			for b.Loop() {
+				i++
+				name := fmt.Sprintf("entity:%d", i)
+				if i%2 == 0 {
+					used += pair(be, id, name)
+					fresh += pair(ref, refID, name)
+				} else {
+					fresh += pair(ref, refID, name)
+					used += pair(be, id, name)
+				}
+				if i%1000 == 0 {
+					for _, s := range []struct {
+						be driver.Backend
+						id driver.ID
+					}{{be, id}, {ref, refID}} {
+						if _, err := s.be.Renew(ctx, driver.RenewRequest{ID: s.id}); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(used.Nanoseconds())/float64(i), "used-ns/pair")
+			b.ReportMetric(float64(fresh.Nanoseconds())/float64(i), "fresh-ns/pair")
+			b.ReportMetric(float64(used)/float64(fresh), "used/fresh")
+			b.ReportMetric(float64(rows0), "rows-before")
+			b.ReportMetric(float64(rows1), "rows-after")
+			b.ReportMetric(float64(bytes0), "bytes-before")
+			b.ReportMetric(float64(bytes1), "bytes-after")
+			b.ReportMetric(float64(rows2), "rows-vacuumed")
+			b.ReportMetric(float64(bytes2), "bytes-vacuumed")
+		})
+	}
+}

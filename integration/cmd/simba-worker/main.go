@@ -31,7 +31,10 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
+	etcdsimba "github.com/simba-go/simba/backend-etcd"
 	redissimba "github.com/simba-go/simba/backend-redis"
 	"github.com/simba-go/simba/backend-sql/mysqlsimba"
 	"github.com/simba-go/simba/backend-sql/pgsimba"
@@ -70,8 +73,8 @@ func (l *logger) log(e faultcheck.Event) {
 
 func run() error {
 	var (
-		kind      = flag.String("backend", "", "redis, redis-cluster, postgres, mysql, zookeeper")
-		addr      = flag.String("addr", "", "server address(es), comma-separated; a URL or DSN for SQL")
+		kind      = flag.String("backend", "", "redis, redis-cluster, redis-sentinel, postgres, mysql, zookeeper, etcd")
+		addr      = flag.String("addr", "", "server address(es), comma-separated; a URL or DSN for SQL; the Sentinels' for redis-sentinel (master \"m\")")
 		ns        = flag.String("ns", "chaos", "namespace")
 		who       = flag.String("id", "", "worker id")
 		runN      = flag.Int("run", 0, "process run (restart count)")
@@ -93,7 +96,8 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	b, closeB, err := open(ctx, *kind, *addr, *ns, *lease)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	b, closeB, err := open(ctx, *kind, *addr, *ns, *lease, logger)
 	if err != nil {
 		return err
 	}
@@ -101,7 +105,7 @@ func run() error {
 	s, err := session.Open(ctx, b,
 		session.WithConfig(deadline.Config{LeaseDuration: *lease, RenewInterval: *renew}),
 		session.WithIdentity(*who, nil),
-		session.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+		session.WithLogger(logger))
 	if err != nil {
 		return err
 	}
@@ -164,17 +168,46 @@ func run() error {
 // partition's OnAssigned, OnRevoked and acts, each with the partition's
 // lease name, and leaves the group on SIGTERM.
 func runGroup(ctx context.Context, s *session.Session, lg *logger, n int, loop func(context.Context, *term.Term, string) error, revoked func(*term.Term)) error {
+	// A partition's task starts with its term, before its OnAssigned is
+	// delivered (ADR 0192); the checker reads a worker's acts against the
+	// terms its callbacks logged, so each task acts only once its term's
+	// OnAssigned has been logged.
+	var (
+		mu       sync.Mutex
+		assigned = map[*term.Term]chan struct{}{}
+	)
+	seen := func(tm *term.Term) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		c, ok := assigned[tm]
+		if !ok {
+			c = make(chan struct{})
+			assigned[tm] = c
+		}
+		return c
+	}
 	g, err := group.Join(s, "chaos", n,
 		group.WithListener(group.Funcs{
 			Assigned: func(p int, tm *term.Term) {
 				lg.log(faultcheck.Event{Kind: faultcheck.Elected, T: faultcheck.Now(), Token: tm.Token(), Lease: tm.Name()})
+				close(seen(tm))
 			},
 			Revoked: func(p int, tm *term.Term, r term.RevokeReason) {
 				lg.log(faultcheck.Event{Kind: faultcheck.Revoked, T: faultcheck.Now(), Token: tm.Token(), Reason: r.String(), Lease: tm.Name()})
+				mu.Lock()
+				delete(assigned, tm)
+				mu.Unlock()
 				revoked(tm)
 			},
 		}),
-		group.RunWhileOwner(func(ctx context.Context, _ int, tm *term.Term) error { return loop(ctx, tm, tm.Name()) }))
+		group.RunWhileOwner(func(ctx context.Context, _ int, tm *term.Term) error {
+			select {
+			case <-seen(tm):
+			case <-ctx.Done():
+				return nil
+			}
+			return loop(ctx, tm, tm.Name())
+		}))
 	if err != nil {
 		_ = s.Close()
 		return err
@@ -199,16 +232,19 @@ func lateActs(lg *logger, tm *term.Term, lease, every time.Duration, name string
 // open builds the backend client. Every worker of a run uses the same
 // lease, so it is the Redis, ZooKeeper and SQL backends' MaxLease too:
 // their quarantine after a data loss lasts one lease (ADR 0130). The
-// controller initialises the Redis and ZooKeeper namespaces before the
-// first worker starts (SQL namespaces are created by New).
-func open(ctx context.Context, kind, addr, ns string, lease time.Duration) (session.Backend, func(), error) {
+// controller initialises the Redis, ZooKeeper and etcd namespaces before
+// the first worker starts (SQL namespaces are created by New).
+func open(ctx context.Context, kind, addr, ns string, lease time.Duration, logger *slog.Logger) (session.Backend, func(), error) {
 	switch kind {
-	case "redis", "redis-cluster":
+	case "redis", "redis-cluster", "redis-sentinel":
 		var c redis.UniversalClient
-		if kind == "redis" {
+		switch kind {
+		case "redis":
 			c = redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-		} else {
+		case "redis-cluster":
 			c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addr, ","), ContextTimeoutEnabled: true})
+		default: // the master the Sentinels monitor as "m", followed across failovers
+			c = redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: strings.Split(addr, ","), ContextTimeoutEnabled: true})
 		}
 		b, err := redissimba.New(c, ns, redissimba.WithMaxLease(lease))
 		return b, func() { _ = c.Close() }, err
@@ -240,6 +276,45 @@ func open(ctx context.Context, kind, addr, ns string, lease time.Duration) (sess
 			return nil, nil, err
 		}
 		return b, func() { _ = b.Shutdown(context.Background()) }, nil
+	case "etcd":
+		return openEtcd(strings.Split(addr, ","), ns, lease, logger)
 	}
 	return nil, nil, errors.New("unknown -backend " + kind)
+}
+
+// etcdPrefix is the etcd key prefix of the workers' namespace ns (the
+// controller's etcdPrefix in faults_test.go: it initialises and deletes it).
+func etcdPrefix(ns string) string { return "/chaos/" + ns }
+
+// openEtcd is the etcd backend on a client of every endpoint, set as
+// docs/deployment/etcd.md asks: every member (requests are hedged across
+// them), gRPC keepalives (a stalled member's connection is found dead),
+// a short dial timeout. WithRevokeGuard explicitly: the servers are
+// Debian's etcd 3.4.23, which may commit a stalled leader's early
+// revocation of a live session's lease (etcd-io/etcd#15247, ADR 0290,
+// 0310); without the guard that is two holders, not a finding.
+func openEtcd(eps []string, ns string, lease time.Duration, logger *slog.Logger) (session.Backend, func(), error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            eps,
+		DialTimeout:          2 * time.Second,
+		DialKeepAliveTime:    10 * time.Second, // grpc-go's floor
+		DialKeepAliveTimeout: 2 * time.Second,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := etcdsimba.New(cli, etcdPrefix(ns), etcdsimba.WithMaxLease(lease), etcdsimba.WithRevokeGuard(), etcdsimba.WithLogger(logger))
+	if err != nil {
+		_ = cli.Close()
+		return nil, nil, err
+	}
+	return b, func() {
+		// Bounded: a worker ends within the controller's 10 s even when
+		// no member answers.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = b.Shutdown(ctx)
+		_ = cli.Close()
+	}, nil
 }
