@@ -41,7 +41,12 @@ func largeMember(tb testing.TB, n int) (*group.Group, *session.Session, *atomic.
 	var revoked atomic.Int32
 	elected := make(chan struct{}, 1)
 	e, err := election.Start(s, "unrelated", election.WithListener(election.Funcs{
-		Elected: func(*term.Term) { elected <- struct{}{} },
+		Elected: func(*term.Term) {
+			select { // a term lost and won again must not block the delivery loop
+			case elected <- struct{}{}:
+			default:
+			}
+		},
 		Revoked: func(_ *term.Term, r term.RevokeReason) {
 			if !r.Voluntary() { // not the cleanup's Close
 				revoked.Add(1)
