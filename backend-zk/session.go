@@ -237,14 +237,16 @@ func (s *zsession) markExpired(why string) {
 	}
 	s.goneMu.Do(func() { close(s.gone) })
 	s.stopWatchdog()
-	s.b.forget(s)
-	s.b.orphaned(s)
 	if c := s.conn.Load(); c != nil {
 		// Close from another goroutine: this may run on go-zookeeper's
-		// own loop, which Close waits for. After Shutdown, Shutdown has
-		// closed every session it knew of.
+		// own loop, which Close waits for. Before forget: a Shutdown that
+		// refuses the goroutine took s from the sessions in the same
+		// critical section and closes it itself; after forget it would
+		// not know of s, and the connection would redial forever.
 		s.b.goTracked(c.Close)
 	}
+	s.b.forget(s)
+	s.b.orphaned(s)
 }
 
 // stopWatchdog stops the timer without taking mu (markExpired may run
