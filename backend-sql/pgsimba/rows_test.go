@@ -380,15 +380,18 @@ func TestLockDelay(t *testing.T) {
 	})
 	t.Run("SweptAfterTheDelay", func(t *testing.T) {
 		base, _ := leaseRows(t, pool, prefix)
-		a := open(t, b, 200*time.Millisecond)
+		a := open(t, b, time.Second)
 		acquireDelay(t, b, a, "d:sweep", delay)
+		// A name of the same session without a delay: the sweep takes the
+		// session for it, and must still keep the delayed one.
+		acquireDelay(t, b, a, "d:sweep0", 0)
 		exp := expiresAt(t, pool, prefix, a)
 		untilDB(t, pool, exp)
 		if err := b.Close(ctxT(t), open(t, b, time.Minute)); err != nil { // an open sweeps
 			t.Fatal(err)
 		}
 		if l, _ := leaseRows(t, pool, prefix); l != base+1 {
-			t.Fatalf("%d lease rows inside the delay, want the delayed one kept (%d)", l, base+1)
+			t.Fatalf("%d lease rows inside the delay, want the delayed one kept, the other swept (%d)", l, base+1)
 		}
 		if got := acquire(t, b, other, "d:sweep"); got != 0 {
 			t.Fatalf("granted %d inside the delay after a sweep", got)

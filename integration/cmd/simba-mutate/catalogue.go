@@ -892,7 +892,7 @@ var catalogue = []Mutation{
 		Modules: []string{"backend-sql/pgsimba"}, Run: "TestLockDelay"},
 	{Name: "sql-pg-sweep-ignores-lock-delay", File: "backend-sql/pgsimba/schema.go",
 		Old: "               AND ks.expires_at + k.delay_us * interval '1 microsecond' <= clock_timestamp()\n", New: "",
-		Catch:   "backend-sql pgsimba TestLockDelay/SweptAfterTheDelay (an open sweeps the delayed row, and the name is granted inside its delay)",
+		Catch:   "backend-sql pgsimba TestLockDelay/SweptAfterTheDelay (an open sweeps the session for its undelayed name, the delayed row with it, and the name is granted inside its delay)",
 		Modules: []string{"backend-sql/pgsimba"}, Run: "TestLockDelay"},
 	{Name: "sql-pg-lock-delay-gone-session-grants", File: "backend-sql/pgsimba/schema.go",
 		Old: "                        v_end := v_ended;\n", New: "                        v_end := '-infinity';\n",
