@@ -260,8 +260,11 @@ func TestExecLock(t *testing.T) {
 // notices, stops its command with SIGTERM and exits 76.
 func TestExecStopsTheCommandWhenTheLockIsLost(t *testing.T) {
 	forEachServer(t, func(t *testing.T, url string) {
+		// The trap takes 100 ms before it prints: a SIGTERM sent with no
+		// time before the SIGKILL (ahead is lease/6, 333 ms here) never
+		// shows, however the two signals are scheduled on a loaded machine.
 		h := start(t, url, "--lease", "2s", "exec", "--lock", "job", "--", "sh", "-c",
-			`trap 'echo stopped; exit 0' TERM; echo "ready $SIMBA_FENCING_TOKEN"; while :; do sleep 0.05; done`)
+			`trap 'sleep 0.1; echo stopped; exit 0' TERM; echo "ready $SIMBA_FENCING_TOKEN"; while :; do sleep 0.05; done`)
 		held := token(t, h.line(t))
 		_ = h.cmd.Process.Signal(syscall.SIGSTOP)
 		// Another process takes the lock once the frozen holder's session
