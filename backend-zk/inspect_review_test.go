@@ -206,3 +206,41 @@ func TestInspectAfterRootRecreated(t *testing.T) {
 		}
 	}
 }
+
+// An Open still connecting when Shutdown runs (the servers unreachable)
+// ends with ErrClosed, and its connection stops redialling (goleak): it
+// waited for its context alone, forever for one without a deadline
+// (found by review of the markExpired fix).
+func TestShutdownEndsOpenConnecting(t *testing.T) {
+	dialled := make(chan struct{})
+	var once sync.Once
+	unreachable := func(string, string, time.Duration) (net.Conn, error) {
+		once.Do(func() { close(dialled) })
+		return nil, errors.New("test: unreachable")
+	}
+	c, err := zksimba.New(standalone(t), newRoot(t), zksimba.WithDialer(unreachable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Open(context.Background(), driver.OpenRequest{LeaseDuration: 10 * time.Second})
+		done <- err
+	}()
+	select {
+	case <-dialled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Open did not dial within 10 s")
+	}
+	if err := c.Shutdown(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, driver.ErrClosed) {
+			t.Fatalf("Open connecting when Shutdown ran = %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Open still connecting 10 s after Shutdown")
+	}
+}

@@ -100,6 +100,12 @@ func (b *Backend) dialSession(ctx context.Context, lease time.Duration, owner dr
 	case <-ctx.Done():
 		s.closeAsync()
 		return nil, fmt.Errorf("connecting to %v: %w", b.servers, context.Cause(ctx))
+	case <-b.quit:
+		// Shutdown does not know of a session that is not registered yet:
+		// without this the connection redials until ctx ends, forever
+		// for a context without a deadline (as dialRead, ADR 0159).
+		s.closeAsync()
+		return nil, fmt.Errorf("connecting to %v: %w", b.servers, driver.ErrClosed)
 	}
 	s.id = formatID(s.sid.Load())
 	// Every lease node says who holds it, for Inspect.
